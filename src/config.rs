@@ -1,0 +1,225 @@
+//! Server options: command line (clap), each also readable from a `PERMITD_*` variable.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::engine::types::Limits;
+use crate::protocol::RequestLimits;
+
+/// permitd: distributed weighted semaphores held under leases, over the Redis protocol.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "permitd", version, about, long_about = None)]
+pub struct Config {
+    /// Address to listen on. The default accepts only local clients.
+    #[arg(long, env = "PERMITD_BIND", default_value = "127.0.0.1")]
+    pub bind: String,
+
+    /// TCP port to listen on (0 picks a free one and logs it).
+    #[arg(long, env = "PERMITD_PORT", default_value_t = 6379)]
+    pub port: u16,
+
+    /// Number of engine shards (threads); 0 means one per core.
+    #[arg(long, env = "PERMITD_SHARDS", default_value_t = 0)]
+    pub shards: usize,
+
+    /// Directory for the data files.
+    #[arg(long, env = "PERMITD_DIR", default_value = "./data")]
+    pub dir: PathBuf,
+
+    /// Password of the default user; when set, clients must AUTH first.
+    #[arg(long, env = "PERMITD_REQUIREPASS")]
+    pub requirepass: Option<String>,
+
+    /// Most client connections at once; more get `ERR max number of clients reached`.
+    #[arg(long, env = "PERMITD_MAXCLIENTS", default_value_t = 10_000)]
+    pub maxclients: usize,
+
+    /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing directive).
+    #[arg(long, env = "PERMITD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// Longest bulk argument a client may send, bytes (Redis's proto-max-bulk-len).
+    #[arg(long, env = "PERMITD_PROTO_MAX_BULK_LEN", default_value_t = 4 * 1024 * 1024)]
+    pub proto_max_bulk_len: usize,
+
+    /// Most arguments in one request.
+    #[arg(long, env = "PERMITD_PROTO_MAX_MULTIBULK_LEN", default_value_t = 1024 * 1024)]
+    pub proto_max_multibulk_len: usize,
+
+    /// Most unparsed bytes buffered for one client before it is disconnected.
+    #[arg(long, env = "PERMITD_CLIENT_QUERY_BUFFER_LIMIT", default_value_t = 64 * 1024 * 1024)]
+    pub client_query_buffer_limit: usize,
+
+    /// Longest namespace or semaphore name, bytes.
+    #[arg(long, env = "PERMITD_MAX_NAME_LEN", default_value_t = 128)]
+    pub max_name_len: usize,
+
+    /// Longest process_id, bytes.
+    #[arg(long, env = "PERMITD_MAX_PROCESS_ID_LEN", default_value_t = 128)]
+    pub max_process_id_len: usize,
+
+    /// Longest description, bytes.
+    #[arg(long, env = "PERMITD_MAX_DESCRIPTION_LEN", default_value_t = 1024)]
+    pub max_description_len: usize,
+
+    /// Most metadata entries on one entity.
+    #[arg(long, env = "PERMITD_MAX_METADATA_ENTRIES", default_value_t = 32)]
+    pub max_metadata_entries: usize,
+
+    /// Longest metadata key, bytes.
+    #[arg(long, env = "PERMITD_MAX_METADATA_KEY_LEN", default_value_t = 128)]
+    pub max_metadata_key_len: usize,
+
+    /// Longest metadata value, bytes.
+    #[arg(long, env = "PERMITD_MAX_METADATA_VALUE_LEN", default_value_t = 256)]
+    pub max_metadata_value_len: usize,
+
+    /// Shortest lease ttl, seconds.
+    #[arg(long, env = "PERMITD_MIN_LEASE_TTL", default_value_t = 1)]
+    pub min_lease_ttl: i64,
+
+    /// Longest lease ttl, seconds.
+    #[arg(long, env = "PERMITD_MAX_LEASE_TTL", default_value_t = 300)]
+    pub max_lease_ttl: i64,
+
+    /// Longest SEM.ACQUIRE timeout, seconds.
+    #[arg(long, env = "PERMITD_MAX_ACQUIRE_TIMEOUT", default_value_t = 300.0)]
+    pub max_acquire_timeout: f64,
+
+    /// Most namespaces on the server.
+    #[arg(long, env = "PERMITD_MAX_NAMESPACES", default_value_t = 100_000)]
+    pub max_namespaces: usize,
+
+    /// Most semaphores in one namespace.
+    #[arg(
+        long,
+        env = "PERMITD_MAX_SEMAPHORES_PER_NAMESPACE",
+        default_value_t = 1_000_000
+    )]
+    pub max_semaphores_per_namespace: usize,
+
+    /// Most leases in one namespace.
+    #[arg(
+        long,
+        env = "PERMITD_MAX_LEASES_PER_NAMESPACE",
+        default_value_t = 1_000_000
+    )]
+    pub max_leases_per_namespace: usize,
+
+    /// Most holders of one semaphore.
+    #[arg(
+        long,
+        env = "PERMITD_MAX_HOLDERS_PER_SEMAPHORE",
+        default_value_t = 1_000
+    )]
+    pub max_holders_per_semaphore: usize,
+
+    /// Most parked acquires on one semaphore.
+    #[arg(
+        long,
+        env = "PERMITD_MAX_WAITERS_PER_SEMAPHORE",
+        default_value_t = 100_000
+    )]
+    pub max_waiters_per_semaphore: usize,
+}
+
+impl Config {
+    /// The engine limits these options set.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_name_len: self.max_name_len,
+            max_process_id_len: self.max_process_id_len,
+            max_description_len: self.max_description_len,
+            max_metadata_entries: self.max_metadata_entries,
+            max_metadata_key_len: self.max_metadata_key_len,
+            max_metadata_value_len: self.max_metadata_value_len,
+            min_lease_ttl: self.min_lease_ttl,
+            max_lease_ttl: self.max_lease_ttl,
+            max_acquire_timeout: self.max_acquire_timeout,
+            max_namespaces: self.max_namespaces,
+            max_semaphores_per_namespace: self.max_semaphores_per_namespace,
+            max_leases_per_namespace: self.max_leases_per_namespace,
+            max_holders_per_semaphore: self.max_holders_per_semaphore,
+            max_waiters_per_semaphore: self.max_waiters_per_semaphore,
+        }
+    }
+
+    /// The request limits these options set.
+    pub fn request_limits(&self) -> RequestLimits {
+        RequestLimits {
+            max_bulk_len: self.proto_max_bulk_len,
+            max_multibulk_len: self.proto_max_multibulk_len,
+        }
+    }
+
+    /// The shard count to run: `--shards`, or one per core.
+    pub fn shard_count(&self) -> usize {
+        if self.shards > 0 {
+            self.shards
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// Every option by its long name and current value, for `CONFIG GET` (plus the `save` and
+    /// `appendonly` names redis-benchmark asks for).
+    pub fn entries(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("bind", self.bind.clone()),
+            ("port", self.port.to_string()),
+            ("shards", self.shard_count().to_string()),
+            ("dir", self.dir.display().to_string()),
+            ("requirepass", self.requirepass.clone().unwrap_or_default()),
+            ("maxclients", self.maxclients.to_string()),
+            ("log-level", self.log_level.clone()),
+            ("proto-max-bulk-len", self.proto_max_bulk_len.to_string()),
+            (
+                "proto-max-multibulk-len",
+                self.proto_max_multibulk_len.to_string(),
+            ),
+            (
+                "client-query-buffer-limit",
+                self.client_query_buffer_limit.to_string(),
+            ),
+            ("max-name-len", self.max_name_len.to_string()),
+            ("max-process-id-len", self.max_process_id_len.to_string()),
+            ("max-description-len", self.max_description_len.to_string()),
+            (
+                "max-metadata-entries",
+                self.max_metadata_entries.to_string(),
+            ),
+            (
+                "max-metadata-key-len",
+                self.max_metadata_key_len.to_string(),
+            ),
+            (
+                "max-metadata-value-len",
+                self.max_metadata_value_len.to_string(),
+            ),
+            ("min-lease-ttl", self.min_lease_ttl.to_string()),
+            ("max-lease-ttl", self.max_lease_ttl.to_string()),
+            ("max-acquire-timeout", self.max_acquire_timeout.to_string()),
+            ("max-namespaces", self.max_namespaces.to_string()),
+            (
+                "max-semaphores-per-namespace",
+                self.max_semaphores_per_namespace.to_string(),
+            ),
+            (
+                "max-leases-per-namespace",
+                self.max_leases_per_namespace.to_string(),
+            ),
+            (
+                "max-holders-per-semaphore",
+                self.max_holders_per_semaphore.to_string(),
+            ),
+            (
+                "max-waiters-per-semaphore",
+                self.max_waiters_per_semaphore.to_string(),
+            ),
+            ("save", String::new()),
+            ("appendonly", "no".to_string()),
+            ("databases", "1".to_string()),
+        ]
+    }
+}

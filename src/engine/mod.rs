@@ -1,0 +1,11 @@
+//! The deterministic shard state machine: namespaces, semaphores, leases, holders and parked
+//! acquires. No clock, no socket: `now` comes in with every call.
+
+pub mod page;
+pub mod shard;
+pub mod state;
+pub mod types;
+pub mod view;
+
+pub use shard::{Cancel, Counts, Exec, Shard, Stats};
+pub use state::WaiterId;

@@ -1,0 +1,917 @@
+//! One shard's deterministic state machine: requests and `now` in, replies out.
+//!
+//! The shard never reads a clock or a socket. Its caller passes `now` to every call, calls
+//! [`Shard::advance`] when [`Shard::next_deadline`] comes, and delivers the replies of parked
+//! acquires that [`Shard::take_outbox`] hands back (grants, time-outs, errors).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::page::{take_page, CursorKind, Dir, Page, PageOf};
+use super::state::{FastMap, Lease, Namespace, Semaphore, Waiter, WaiterId};
+use super::types::{FencingToken, LeaseId, Limits, Metadata, Name, Nanos, Weight};
+use super::view::{self, Outcome};
+use crate::command::EngineRequest;
+use crate::error::Error;
+use crate::protocol::Reply;
+
+/// What a request did: answered now, or parked until its outbox reply.
+#[derive(Debug, PartialEq)]
+pub enum Exec {
+    /// The reply.
+    Reply(Reply),
+    /// The acquire waits; its reply will come through the outbox under this id.
+    Parked(WaiterId),
+}
+
+/// Why a parked acquire is being taken out of its queue from outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancel {
+    /// Its client went away: no reply.
+    Disconnected,
+    /// `CLIENT UNBLOCK id TIMEOUT`: answered as a time-out.
+    UnblockTimeout,
+    /// `CLIENT UNBLOCK id ERROR`: answered `-UNBLOCKED`.
+    UnblockError,
+}
+
+/// Counters reported by INFO's `# Stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Acquires answered ACQUIRED.
+    pub acquire_acquired: u64,
+    /// Acquires answered UNAVAILABLE.
+    pub acquire_unavailable: u64,
+    /// Acquires answered TIMED_OUT.
+    pub acquire_timed_out: u64,
+    /// Leases that died of old age.
+    pub leases_expired: u64,
+    /// Parked acquires ended by CLIENT UNBLOCK.
+    pub clients_unblocked: u64,
+}
+
+/// Sizes reported by INFO's `# Semaphores`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Namespaces.
+    pub namespaces: u64,
+    /// Semaphores.
+    pub semaphores: u64,
+    /// Live leases.
+    pub leases: u64,
+    /// Holders.
+    pub holders: u64,
+    /// Parked acquires.
+    pub waiters: u64,
+}
+
+/// How a parked acquire taken out of its queue is answered.
+enum Ending {
+    /// Not at all (its client is gone).
+    Silent,
+    /// With an outcome and the semaphore's state.
+    Outcome(Outcome),
+    /// With an error.
+    Error(Error),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    Lease(Name, LeaseId),
+    Waiter(WaiterId),
+}
+
+/// Everything of a shard but its namespaces, so that both can be borrowed at once.
+#[derive(Debug)]
+struct Cx {
+    timers: BTreeSet<(Nanos, Timer)>,
+    waiter_at: FastMap<WaiterId, (Name, Name)>,
+    outbox: Vec<(WaiterId, Reply)>,
+    next_waiter: WaiterId,
+    token_hwm: FencingToken,
+    stats: Stats,
+    limits: Arc<Limits>,
+    namespace_count: Arc<AtomicUsize>,
+}
+
+/// One shard: the namespaces that hash to it, with all their state.
+#[derive(Debug)]
+pub struct Shard {
+    namespaces: BTreeMap<Name, Namespace>,
+    cx: Cx,
+}
+
+fn ns_missing(ns: &Name) -> Error {
+    Error::NotFound(format!("namespace '{ns}' not found"))
+}
+
+fn sem_missing(ns: &Name, sem: &Name) -> Error {
+    Error::NotFound(format!("semaphore '{sem}' not found in namespace '{ns}'"))
+}
+
+fn lease_missing(ns: &Name) -> Error {
+    // The id itself is a capability: it is never echoed back.
+    Error::NotFound(format!("lease not found or expired in namespace '{ns}'"))
+}
+
+fn weight_exceeds() -> Error {
+    Error::InvalidArg("weight exceeds semaphore permits".into())
+}
+
+impl Shard {
+    /// An empty shard. `namespace_count` is shared by all shards to enforce the server-wide
+    /// namespace quota.
+    pub fn new(limits: Arc<Limits>, namespace_count: Arc<AtomicUsize>) -> Shard {
+        Shard {
+            namespaces: BTreeMap::new(),
+            cx: Cx {
+                timers: BTreeSet::new(),
+                waiter_at: FastMap::default(),
+                outbox: Vec::new(),
+                next_waiter: 1,
+                token_hwm: 0,
+                stats: Stats::default(),
+                limits,
+                namespace_count,
+            },
+        }
+    }
+
+    /// The earliest instant at which [`Shard::advance`] has work (a lease expiry or a time-out).
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        self.cx.timers.first().map(|(t, _)| *t)
+    }
+
+    /// Replies for parked acquires produced since the last call.
+    pub fn take_outbox(&mut self) -> Vec<(WaiterId, Reply)> {
+        std::mem::take(&mut self.cx.outbox)
+    }
+
+    /// INFO counters.
+    pub fn stats(&self) -> Stats {
+        self.cx.stats
+    }
+
+    /// INFO sizes.
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts {
+            namespaces: self.namespaces.len() as u64,
+            waiters: self.cx.waiter_at.len() as u64,
+            ..Counts::default()
+        };
+        for ns in self.namespaces.values() {
+            c.semaphores += ns.semaphores.len() as u64;
+            c.leases += ns.leases.len() as u64;
+            c.holders += ns
+                .semaphores
+                .values()
+                .map(|s| s.holders.len() as u64)
+                .sum::<u64>();
+        }
+        c
+    }
+
+    /// Fires every deadline up to and including `now`: leases die at their `expires_at`,
+    /// parked acquires time out at their deadline.
+    pub fn advance(&mut self, now: Nanos) {
+        while let Some((t, _)) = self.cx.timers.first() {
+            if *t > now {
+                break;
+            }
+            let (_, timer) = self.cx.timers.pop_first().expect("first exists");
+            match timer {
+                Timer::Lease(ns, id) => {
+                    if let Some(n) = self.namespaces.get_mut(&ns) {
+                        self.cx.stats.leases_expired += 1;
+                        drop_lease(n, &id, now, &mut self.cx);
+                    }
+                }
+                Timer::Waiter(w) => self.end_waiter(w, now, Ending::Outcome(Outcome::TimedOut)),
+            }
+        }
+    }
+
+    /// Takes a parked acquire out of its queue (client gone, or CLIENT UNBLOCK). Returns false
+    /// when it was no longer parked (already answered).
+    pub fn cancel(&mut self, now: Nanos, waiter: WaiterId, why: Cancel) -> bool {
+        self.advance(now);
+        if !self.cx.waiter_at.contains_key(&waiter) {
+            return false;
+        }
+        let ending = match why {
+            Cancel::Disconnected => Ending::Silent,
+            Cancel::UnblockTimeout => Ending::Outcome(Outcome::TimedOut),
+            Cancel::UnblockError => Ending::Error(Error::Unblocked(
+                "client unblocked via CLIENT UNBLOCK".into(),
+            )),
+        };
+        if why != Cancel::Disconnected {
+            self.cx.stats.clients_unblocked += 1;
+        }
+        self.end_waiter(waiter, now, ending);
+        true
+    }
+
+    /// Removes a parked acquire, answers it as `ending` says, then serves the queue it left.
+    fn end_waiter(&mut self, waiter: WaiterId, now: Nanos, ending: Ending) {
+        let Some((ns, sem)) = self.cx.waiter_at.get(&waiter).cloned() else {
+            return;
+        };
+        let n = self.namespaces.get_mut(&ns).expect("waiter index is exact");
+        let s = n.semaphores.get_mut(&sem).expect("waiter index is exact");
+        let w = s.queue.remove(&waiter).expect("waiter index is exact");
+        forget_waiter(&mut self.cx, n.leases.get_mut(&w.lease), waiter, w.deadline);
+        let reply = match ending {
+            Ending::Silent => None,
+            Ending::Outcome(o) => {
+                if o == Outcome::TimedOut {
+                    self.cx.stats.acquire_timed_out += 1;
+                }
+                Some(view::acquire(o, s, None))
+            }
+            Ending::Error(e) => Some(Reply::Error(e)),
+        };
+        if let Some(r) = reply {
+            self.cx.outbox.push((waiter, r));
+        }
+        serve(n, &sem, now, &mut self.cx);
+    }
+
+    /// Runs one request at `now`. `may_wait` is false inside MULTI: acquires never park there.
+    pub fn execute(&mut self, now: Nanos, req: EngineRequest, may_wait: bool) -> Exec {
+        self.advance(now);
+        use EngineRequest as R;
+        let result = match req {
+            R::NsCreate { ns, desc, meta } => self.ns_create(now, ns, desc, meta),
+            R::NsGet { ns } => self.ns(&ns).map(view::namespace),
+            R::NsList { page } => {
+                let part = self.ns_list_part(&page);
+                Ok(ns_page_reply(merge_ns_pages(vec![part], &page)))
+            }
+            R::NsUpdate {
+                ns,
+                version,
+                desc,
+                meta,
+            } => self.ns_update(now, ns, version, desc, meta),
+            R::NsDelete { ns } => Ok(self.ns_delete(now, &ns)),
+            R::SemCreate {
+                ns,
+                sem,
+                permits,
+                desc,
+                meta,
+            } => self.sem_create(now, ns, sem, permits, desc, meta),
+            R::SemGet { ns, sem } => self.sem(&ns, &sem).map(view::semaphore),
+            R::SemList { ns, page } => self.sem_list(&ns, &page),
+            R::SemUpdate {
+                ns,
+                sem,
+                permits,
+                version,
+                desc,
+                meta,
+            } => self.sem_update(now, ns, sem, permits, version, desc, meta),
+            R::SemDelete { ns, sem } => self.sem_delete(&ns, &sem),
+            R::SemAcquire {
+                ns,
+                sem,
+                lease,
+                weight,
+                timeout,
+                meta,
+            } => {
+                let timeout = if may_wait { timeout } else { 0 };
+                return match self.acquire(now, &ns, &sem, lease, weight, timeout, meta) {
+                    Ok(exec) => exec,
+                    Err(e) => Exec::Reply(Reply::Error(e)),
+                };
+            }
+            R::SemRelease { ns, sem, lease } => self.release(now, &ns, &sem, lease),
+            R::SemHolders { ns, sem, page } => self.holders(&ns, &sem, &page),
+            R::LeaseCreate {
+                ns,
+                id,
+                process_id,
+                ttl,
+                meta,
+            } => self.lease_create(now, &ns, id, process_id, ttl, meta),
+            R::LeaseGet { ns, lease } => self
+                .ns(&ns)
+                .and_then(|n| find_lease(n, lease))
+                .map(view::lease),
+            R::LeaseList { ns, process, page } => self.lease_list(&ns, process, &page),
+            R::LeaseRefresh { ns, lease, ttl } => self.lease_refresh(now, &ns, lease, ttl),
+            R::LeaseRevoke { ns, lease } => self.lease_revoke(now, &ns, lease),
+        };
+        Exec::Reply(result.into())
+    }
+
+    fn ns(&self, ns: &Name) -> Result<&Namespace, Error> {
+        self.namespaces.get(ns).ok_or_else(|| ns_missing(ns))
+    }
+
+    fn ns_mut(&mut self, ns: &Name) -> Result<&mut Namespace, Error> {
+        self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))
+    }
+
+    fn sem(&self, ns: &Name, sem: &Name) -> Result<&Semaphore, Error> {
+        self.ns(ns)?
+            .semaphores
+            .get(sem)
+            .ok_or_else(|| sem_missing(ns, sem))
+    }
+
+    fn ns_create(
+        &mut self,
+        now: Nanos,
+        ns: Name,
+        desc: Bytes,
+        meta: Metadata,
+    ) -> Result<Reply, Error> {
+        if self.namespaces.contains_key(&ns) {
+            return Err(Error::AlreadyExists(format!(
+                "namespace '{ns}' already exists"
+            )));
+        }
+        let max = self.cx.limits.max_namespaces;
+        let count = &self.cx.namespace_count;
+        if count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                (c < max).then_some(c + 1)
+            })
+            .is_err()
+        {
+            return Err(Error::ResourceExhausted(format!(
+                "namespace quota reached ({max} namespaces)"
+            )));
+        }
+        let n = Namespace::new(ns.clone(), desc, meta, now);
+        let reply = view::namespace(&n);
+        self.namespaces.insert(ns, n);
+        Ok(reply)
+    }
+
+    fn ns_update(
+        &mut self,
+        now: Nanos,
+        ns: Name,
+        version: i64,
+        desc: Bytes,
+        meta: Metadata,
+    ) -> Result<Reply, Error> {
+        let n = self.ns_mut(&ns)?;
+        check_version(version, n.version)?;
+        n.description = desc;
+        n.metadata = meta;
+        n.version += 1;
+        n.updated_at = now;
+        Ok(view::namespace(n))
+    }
+
+    fn ns_delete(&mut self, _now: Nanos, ns: &Name) -> Reply {
+        if let Some(n) = self.namespaces.remove(ns) {
+            self.cx.namespace_count.fetch_sub(1, Ordering::AcqRel);
+            for lease in n.leases.values() {
+                self.cx
+                    .timers
+                    .remove(&(lease.expires_at, Timer::Lease(ns.clone(), lease.id)));
+            }
+            for s in n.semaphores.values() {
+                for (&w, waiter) in &s.queue {
+                    forget_waiter(&mut self.cx, None, w, waiter.deadline);
+                    self.cx.outbox.push((w, Reply::Error(ns_missing(ns))));
+                }
+            }
+        }
+        Reply::OK
+    }
+
+    /// This shard's share of an NS.LIST page (merged with the other shards' by the caller).
+    pub fn ns_list_part(&self, page: &Page) -> PageOf<Name, (Name, Reply)> {
+        let from = page
+            .cursor
+            .as_ref()
+            .map(|c| (c.dir, Name::new_unchecked(c.key.clone())));
+        take_page(
+            &self.namespaces,
+            from,
+            page.limit,
+            |_| true,
+            |k, n| (k.clone(), view::namespace(n)),
+        )
+    }
+
+    fn sem_create(
+        &mut self,
+        now: Nanos,
+        ns: Name,
+        sem: Name,
+        permits: Weight,
+        desc: Bytes,
+        meta: Metadata,
+    ) -> Result<Reply, Error> {
+        let max = self.cx.limits.max_semaphores_per_namespace;
+        let n = self.ns_mut(&ns)?;
+        if n.semaphores.contains_key(&sem) {
+            return Err(Error::AlreadyExists(format!(
+                "semaphore '{sem}' already exists in namespace '{ns}'"
+            )));
+        }
+        if n.semaphores.len() >= max {
+            return Err(Error::ResourceExhausted(format!(
+                "semaphore quota reached in namespace '{ns}' ({max} semaphores)"
+            )));
+        }
+        let s = Semaphore::new(sem.clone(), permits, desc, meta, now);
+        let reply = view::semaphore(&s);
+        n.semaphores.insert(sem, s);
+        Ok(reply)
+    }
+
+    fn sem_list(&self, ns: &Name, page: &Page) -> Result<Reply, Error> {
+        let n = self.ns(ns)?;
+        let from = page
+            .cursor
+            .as_ref()
+            .map(|c| (c.dir, Name::new_unchecked(c.key.clone())));
+        let p = take_page(
+            &n.semaphores,
+            from,
+            page.limit,
+            |_| true,
+            |_, s| view::semaphore(s),
+        );
+        Ok(view::page("semaphores", CursorKind::Semaphores, p, |k| {
+            k.bytes().clone()
+        }))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn sem_update(
+        &mut self,
+        now: Nanos,
+        ns: Name,
+        sem: Name,
+        permits: Weight,
+        version: i64,
+        desc: Bytes,
+        meta: Metadata,
+    ) -> Result<Reply, Error> {
+        let n = self
+            .namespaces
+            .get_mut(&ns)
+            .ok_or_else(|| ns_missing(&ns))?;
+        let s = n
+            .semaphores
+            .get_mut(&sem)
+            .ok_or_else(|| sem_missing(&ns, &sem))?;
+        check_version(version, s.version)?;
+        if permits < s.active_holds {
+            return Err(Error::InvalidArg(format!(
+                "permits {permits} below active holds {}",
+                s.active_holds
+            )));
+        }
+        s.permits = permits;
+        s.description = desc;
+        s.metadata = meta;
+        s.version += 1;
+        s.updated_at = now;
+        s.check();
+        let reply = view::semaphore(s);
+        // Waiters that can never fit any more end now; the rest may fit now.
+        let too_heavy: Vec<WaiterId> = s
+            .queue
+            .iter()
+            .filter(|(_, w)| w.weight > permits)
+            .map(|(id, _)| *id)
+            .collect();
+        for w in too_heavy {
+            self.end_waiter(w, now, Ending::Error(weight_exceeds()));
+        }
+        let n = self.namespaces.get_mut(&ns).expect("checked above");
+        serve(n, &sem, now, &mut self.cx);
+        Ok(reply)
+    }
+
+    fn sem_delete(&mut self, ns: &Name, sem: &Name) -> Result<Reply, Error> {
+        let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
+        if let Some(s) = n.semaphores.remove(sem) {
+            for h in s.holders.values() {
+                if let Some(l) = n.leases.get_mut(&h.lease) {
+                    l.holds.retain(|x| x != sem);
+                }
+            }
+            for (&w, waiter) in &s.queue {
+                forget_waiter(
+                    &mut self.cx,
+                    n.leases.get_mut(&waiter.lease),
+                    w,
+                    waiter.deadline,
+                );
+                self.cx.outbox.push((w, Reply::Error(sem_missing(ns, sem))));
+            }
+        }
+        Ok(Reply::OK)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn acquire(
+        &mut self,
+        now: Nanos,
+        ns: &Name,
+        sem: &Name,
+        lease: Option<LeaseId>,
+        weight: Weight,
+        timeout: Nanos,
+        meta: Metadata,
+    ) -> Result<Exec, Error> {
+        let limits = self.cx.limits.clone();
+        let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
+        let s = n
+            .semaphores
+            .get_mut(sem)
+            .ok_or_else(|| sem_missing(ns, sem))?;
+        let l = lease
+            .and_then(|id| n.leases.get_mut(&id))
+            .ok_or_else(|| lease_missing(ns))?;
+        if weight > s.permits {
+            return Err(weight_exceeds());
+        }
+        let held = s.held_by(&l.id);
+        let needed = weight - held.unwrap_or(0);
+        // A hold that does not grow needs nothing from anyone: it never waits.
+        let grantable = needed <= 0 || (s.queue.is_empty() && s.available() >= needed);
+        if held.is_none() && s.holders.len() >= limits.max_holders_per_semaphore {
+            return Err(Error::ResourceExhausted(format!(
+                "holder quota reached on semaphore '{sem}' ({} holders)",
+                limits.max_holders_per_semaphore
+            )));
+        }
+        if grantable {
+            let token = grant(s, l, weight, meta, now, &mut self.cx.token_hwm);
+            self.cx.stats.acquire_acquired += 1;
+            let reply = view::acquire(Outcome::Acquired, s, Some(token));
+            if needed < 0 {
+                serve(n, sem, now, &mut self.cx);
+            }
+            return Ok(Exec::Reply(reply));
+        }
+        if timeout == 0 {
+            s.last_activity_at = now;
+            self.cx.stats.acquire_unavailable += 1;
+            return Ok(Exec::Reply(view::acquire(Outcome::Unavailable, s, None)));
+        }
+        if s.queue.len() >= limits.max_waiters_per_semaphore {
+            return Err(Error::ResourceExhausted(format!(
+                "waiter quota reached on semaphore '{sem}' ({} waiters)",
+                limits.max_waiters_per_semaphore
+            )));
+        }
+        s.last_activity_at = now;
+        let id = self.cx.next_waiter;
+        self.cx.next_waiter += 1;
+        let deadline = now.saturating_add(timeout);
+        let lease_id = l.id;
+        s.queue.insert(
+            id,
+            Waiter {
+                lease: lease_id,
+                weight,
+                metadata: meta,
+                deadline,
+            },
+        );
+        n.leases
+            .get_mut(&lease_id)
+            .expect("found above")
+            .waits
+            .push(id);
+        self.cx.timers.insert((deadline, Timer::Waiter(id)));
+        self.cx.waiter_at.insert(id, (ns.clone(), sem.clone()));
+        Ok(Exec::Parked(id))
+    }
+
+    fn release(
+        &mut self,
+        now: Nanos,
+        ns: &Name,
+        sem: &Name,
+        lease: Option<LeaseId>,
+    ) -> Result<Reply, Error> {
+        let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
+        let s = n
+            .semaphores
+            .get_mut(sem)
+            .ok_or_else(|| sem_missing(ns, sem))?;
+        let l = lease
+            .and_then(|id| n.leases.get_mut(&id))
+            .ok_or_else(|| lease_missing(ns))?;
+        // A lease that holds nothing here: a no-op, nothing moves.
+        if s.remove_hold(&l.id).is_none() {
+            return Ok(view::semaphore(s));
+        }
+        l.holds.retain(|x| x != sem);
+        s.last_activity_at = now;
+        serve(n, sem, now, &mut self.cx);
+        Ok(view::semaphore(&n.semaphores[sem]))
+    }
+
+    fn holders(&self, ns: &Name, sem: &Name, page: &Page) -> Result<Reply, Error> {
+        let n = self.ns(ns)?;
+        let s = n.semaphores.get(sem).ok_or_else(|| sem_missing(ns, sem))?;
+        let from = match &page.cursor {
+            None => None,
+            Some(c) => Some((c.dir, token_key(&c.key)?)),
+        };
+        let p = take_page(
+            &s.holders,
+            from,
+            page.limit,
+            |_| true,
+            |t, h| view::holder(*t, h, n.leases[&h.lease].expires_at),
+        );
+        Ok(view::page("holders", CursorKind::Holders, p, |t| {
+            Bytes::copy_from_slice(&t.to_be_bytes())
+        }))
+    }
+
+    fn lease_create(
+        &mut self,
+        now: Nanos,
+        ns: &Name,
+        id: LeaseId,
+        process_id: Bytes,
+        ttl: Nanos,
+        meta: Metadata,
+    ) -> Result<Reply, Error> {
+        let max = self.cx.limits.max_leases_per_namespace;
+        let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
+        if n.leases.len() >= max {
+            return Err(Error::ResourceExhausted(format!(
+                "lease quota reached in namespace '{ns}' ({max} leases)"
+            )));
+        }
+        if n.leases.contains_key(&id) {
+            // 166 random bits: only a broken random source gets here.
+            return Err(Error::AlreadyExists("lease id collision, retry".into()));
+        }
+        let serial = n.next_lease_serial;
+        n.next_lease_serial += 1;
+        let expires_at = now.saturating_add(ttl);
+        let lease = Lease {
+            id,
+            serial,
+            process_id,
+            created_at: now,
+            expires_at,
+            metadata: meta,
+            holds: Vec::new(),
+            waits: Vec::new(),
+        };
+        let reply = view::lease(&lease);
+        n.leases.insert(id, lease);
+        n.lease_order.insert(serial, id);
+        self.cx
+            .timers
+            .insert((expires_at, Timer::Lease(ns.clone(), id)));
+        Ok(reply)
+    }
+
+    fn lease_list(&self, ns: &Name, process: Option<Bytes>, page: &Page) -> Result<Reply, Error> {
+        let n = self.ns(ns)?;
+        let from = match &page.cursor {
+            None => None,
+            Some(c) => Some((c.dir, token_key(&c.key)? as u64)),
+        };
+        let keep = |id: &LeaseId| match &process {
+            Some(p) => n.leases[id].process_id == *p,
+            None => true,
+        };
+        let p = take_page(&n.lease_order, from, page.limit, keep, |_, id| {
+            view::lease(&n.leases[id])
+        });
+        Ok(view::page("leases", CursorKind::Leases, p, |s| {
+            Bytes::copy_from_slice(&s.to_be_bytes())
+        }))
+    }
+
+    fn lease_refresh(
+        &mut self,
+        now: Nanos,
+        ns: &Name,
+        lease: Option<LeaseId>,
+        ttl: Nanos,
+    ) -> Result<Reply, Error> {
+        let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
+        let l = lease
+            .and_then(|id| n.leases.get_mut(&id))
+            .ok_or_else(|| lease_missing(ns))?;
+        let timer = Timer::Lease(ns.clone(), l.id);
+        self.cx.timers.remove(&(l.expires_at, timer.clone()));
+        l.expires_at = now.saturating_add(ttl);
+        self.cx.timers.insert((l.expires_at, timer));
+        Ok(view::lease(l))
+    }
+
+    fn lease_revoke(
+        &mut self,
+        now: Nanos,
+        ns: &Name,
+        lease: Option<LeaseId>,
+    ) -> Result<Reply, Error> {
+        let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
+        let id = lease
+            .filter(|id| n.leases.contains_key(id))
+            .ok_or_else(|| lease_missing(ns))?;
+        self.cx
+            .timers
+            .remove(&(n.leases[&id].expires_at, Timer::Lease(ns.clone(), id)));
+        drop_lease(n, &id, now, &mut self.cx);
+        Ok(Reply::OK)
+    }
+}
+
+fn check_version(expected: i64, current: i64) -> Result<(), Error> {
+    if expected != current {
+        return Err(Error::InvalidArg(format!(
+            "version mismatch: expected {expected}, current {current}"
+        )));
+    }
+    Ok(())
+}
+
+/// A numeric cursor key (fencing token or lease serial).
+fn token_key(key: &[u8]) -> Result<i64, Error> {
+    let arr: [u8; 8] = key
+        .try_into()
+        .map_err(|_| Error::InvalidArg("invalid cursor".into()))?;
+    Ok(i64::from_be_bytes(arr))
+}
+
+fn find_lease(n: &Namespace, lease: Option<LeaseId>) -> Result<&Lease, Error> {
+    lease
+        .and_then(|id| n.leases.get(&id))
+        .ok_or_else(|| lease_missing(&n.name))
+}
+
+/// Gives `lease` a hold of `weight` on `s`; new holders get the next fencing token.
+fn grant(
+    s: &mut Semaphore,
+    lease: &mut Lease,
+    weight: Weight,
+    meta: Metadata,
+    now: Nanos,
+    token_hwm: &mut FencingToken,
+) -> FencingToken {
+    if !s.by_lease.contains_key(&lease.id) {
+        lease.holds.push(s.name.clone());
+    }
+    s.set_hold(lease, weight, meta, now, || {
+        // Above every token this shard has issued, and at least the clock: tokens keep rising
+        // across delete + re-create, restarts and re-sharding (the high-water mark is carried).
+        let t = (*token_hwm + 1).max(now);
+        *token_hwm = t;
+        t
+    })
+}
+
+/// Drops a parked acquire's bookkeeping outside its semaphore's queue.
+fn forget_waiter(cx: &mut Cx, lease: Option<&mut Lease>, w: WaiterId, deadline: Nanos) {
+    cx.timers.remove(&(deadline, Timer::Waiter(w)));
+    cx.waiter_at.remove(&w);
+    if let Some(l) = lease {
+        l.waits.retain(|x| *x != w);
+    }
+}
+
+/// Serves `sem`'s queue from its head while the head fits: strict FIFO, so a head that does not
+/// fit blocks those behind it.
+fn serve(n: &mut Namespace, sem: &Name, now: Nanos, cx: &mut Cx) {
+    let Some(s) = n.semaphores.get_mut(sem) else {
+        return;
+    };
+    while let Some((&id, w)) = s.queue.first_key_value() {
+        let l = n
+            .leases
+            .get_mut(&w.lease)
+            .expect("a waiter's lease is live");
+        let held = s.held_by(&l.id);
+        let reply = if w.weight > s.permits {
+            Reply::Error(weight_exceeds())
+        } else if held.is_none() && s.holders.len() >= cx.limits.max_holders_per_semaphore {
+            Reply::Error(Error::ResourceExhausted(format!(
+                "holder quota reached on semaphore '{sem}'"
+            )))
+        } else if s.available() >= w.weight - held.unwrap_or(0) {
+            let w = s.queue.remove(&id).expect("head exists");
+            forget_waiter(cx, Some(&mut *l), id, w.deadline);
+            let token = grant(s, l, w.weight, w.metadata, now, &mut cx.token_hwm);
+            cx.stats.acquire_acquired += 1;
+            cx.outbox
+                .push((id, view::acquire(Outcome::Acquired, s, Some(token))));
+            continue;
+        } else {
+            break;
+        };
+        let w = s.queue.remove(&id).expect("head exists");
+        forget_waiter(cx, Some(l), id, w.deadline);
+        cx.outbox.push((id, reply));
+    }
+}
+
+/// Removes a lease (expired or revoked): its holds are released, its parked acquires end with
+/// NOTFOUND, and the queues of the semaphores it touched move on.
+fn drop_lease(n: &mut Namespace, id: &LeaseId, now: Nanos, cx: &mut Cx) {
+    let Some(lease) = n.leases.remove(id) else {
+        return;
+    };
+    n.lease_order.remove(&lease.serial);
+    let mut touched: Vec<Name> = Vec::new();
+    for w in &lease.waits {
+        let (_, sem) = cx.waiter_at.get(w).cloned().expect("waiter index is exact");
+        let s = n.semaphores.get_mut(&sem).expect("waiter index is exact");
+        let waiter = s.queue.remove(w).expect("waiter index is exact");
+        forget_waiter(cx, None, *w, waiter.deadline);
+        cx.outbox.push((*w, Reply::Error(lease_missing(&n.name))));
+        touched.push(sem);
+    }
+    for sem in &lease.holds {
+        if let Some(s) = n.semaphores.get_mut(sem) {
+            s.remove_hold(id);
+        }
+        touched.push(sem.clone());
+    }
+    touched.sort();
+    touched.dedup();
+    for sem in &touched {
+        serve(n, sem, now, cx);
+    }
+}
+
+/// Merges shards' NS.LIST parts into one page in name order.
+pub fn merge_ns_pages(
+    parts: Vec<PageOf<Name, (Name, Reply)>>,
+    page: &Page,
+) -> PageOf<Name, (Name, Reply)> {
+    let dir = page.cursor.as_ref().map_or(Dir::Next, |c| c.dir);
+    let mut beyond = false;
+    let mut behind = false;
+    let mut items: Vec<(Name, Reply)> = Vec::new();
+    for p in parts {
+        match dir {
+            Dir::Next => {
+                beyond |= p.next.is_some();
+                behind |= p.prev.is_some();
+            }
+            Dir::Prev => {
+                beyond |= p.prev.is_some();
+                behind |= p.next.is_some();
+            }
+        }
+        items.extend(p.items);
+    }
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    if items.len() > page.limit {
+        beyond = true;
+        match dir {
+            Dir::Next => items.truncate(page.limit),
+            Dir::Prev => {
+                items.drain(..items.len() - page.limit);
+            }
+        }
+    }
+    let cursor_key = page
+        .cursor
+        .as_ref()
+        .map(|c| Name::new_unchecked(c.key.clone()));
+    let first = items.first().map(|i| i.0.clone());
+    let last = items.last().map(|i| i.0.clone());
+    let (next, prev) = match dir {
+        Dir::Next => (
+            if beyond { last } else { None },
+            if behind { first.or(cursor_key) } else { None },
+        ),
+        Dir::Prev => (
+            if behind { last.or(cursor_key) } else { None },
+            if beyond { first } else { None },
+        ),
+    };
+    PageOf { items, next, prev }
+}
+
+/// The NS.LIST reply of a merged page.
+pub fn ns_page_reply(p: PageOf<Name, (Name, Reply)>) -> Reply {
+    let p = PageOf {
+        items: p.items.into_iter().map(|(_, r)| r).collect(),
+        next: p.next,
+        prev: p.prev,
+    };
+    view::page("namespaces", CursorKind::Namespaces, p, |k| {
+        k.bytes().clone()
+    })
+}

@@ -1,0 +1,267 @@
+//! Value types of the model (SPEC §1): names, lease ids, metadata, time and weights.
+
+use std::fmt;
+
+use bytes::Bytes;
+
+/// Nanoseconds since the Unix epoch (UTC); also used for durations inside the engine.
+pub type Nanos = i64;
+
+/// A number of permits.
+pub type Weight = i64;
+
+/// A fencing token: strictly increasing per semaphore, across restarts and re-creation.
+pub type FencingToken = i64;
+
+/// Nanoseconds in one second.
+pub const NANOS_PER_SEC: Nanos = 1_000_000_000;
+
+/// A validated namespace or semaphore name (`[-_0-9a-zA-Z]`, length within the limit).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Name(Bytes);
+
+impl Name {
+    /// Wraps bytes that the caller has validated (see `command::args::name`).
+    pub fn new_unchecked(b: Bytes) -> Name {
+        Name(b)
+    }
+
+    /// Whether `b` is a well-formed name of at most `max_len` bytes.
+    pub fn is_valid(b: &[u8], max_len: usize) -> bool {
+        !b.is_empty()
+            && b.len() <= max_len
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
+    }
+
+    /// The name's bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.0
+    }
+
+    /// The name as text (always ASCII).
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or("")
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.as_str())
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// Length of the random part of a lease id.
+const LEASE_CHARS: usize = 28;
+
+/// A lease id: `ls_` + 28 base62 characters (about 166 random bits), a capability.
+///
+/// Its `Debug` form is redacted so that it cannot reach a log by accident; equality is computed
+/// in constant time.
+#[derive(Clone, Copy, Eq)]
+pub struct LeaseId([u8; LEASE_CHARS]);
+
+impl PartialEq for LeaseId {
+    fn eq(&self, other: &Self) -> bool {
+        // Constant time: the comparison does not stop at the first differing byte.
+        self.0
+            .iter()
+            .zip(other.0.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
+}
+
+impl std::hash::Hash for LeaseId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl PartialOrd for LeaseId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for LeaseId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+impl LeaseId {
+    /// A new id from the operating system's CSPRNG.
+    pub fn generate() -> LeaseId {
+        let mut out = [0u8; LEASE_CHARS];
+        let mut filled = 0;
+        let mut buf = [0u8; 64];
+        while filled < LEASE_CHARS {
+            getrandom::getrandom(&mut buf).expect("the OS CSPRNG is available");
+            // Rejection sampling keeps every character uniform over the 62 symbols.
+            for &b in buf.iter().filter(|&&b| b < 248) {
+                if filled == LEASE_CHARS {
+                    break;
+                }
+                out[filled] = BASE62[(b % 62) as usize];
+                filled += 1;
+            }
+        }
+        LeaseId(out)
+    }
+
+    /// A deterministic id for tests and the reference model: `n` in base62, zero-padded.
+    pub fn from_counter(mut n: u64) -> LeaseId {
+        let mut out = [b'0'; LEASE_CHARS];
+        for slot in out.iter_mut().rev() {
+            *slot = BASE62[(n % 62) as usize];
+            n /= 62;
+        }
+        LeaseId(out)
+    }
+
+    /// Parses the wire form; `None` when it is not shaped like a lease id (so it cannot exist).
+    pub fn parse(b: &[u8]) -> Option<LeaseId> {
+        let rest = b.strip_prefix(b"ls_")?;
+        if rest.len() != LEASE_CHARS || !rest.iter().all(u8::is_ascii_alphanumeric) {
+            return None;
+        }
+        let mut out = [0u8; LEASE_CHARS];
+        out.copy_from_slice(rest);
+        Some(LeaseId(out))
+    }
+
+    /// The wire form, `ls_...`.
+    pub fn to_bytes(&self) -> Bytes {
+        let mut v = Vec::with_capacity(3 + LEASE_CHARS);
+        v.extend_from_slice(b"ls_");
+        v.extend_from_slice(&self.0);
+        Bytes::from(v)
+    }
+}
+
+impl fmt::Debug for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ls_<redacted>")
+    }
+}
+
+/// An opaque string map attached to an entity; keys unique and sorted, binary-safe.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Metadata(Vec<(Bytes, Bytes)>);
+
+impl Metadata {
+    /// Builds from pairs in request order: a duplicate key keeps its last value.
+    pub fn from_pairs(pairs: Vec<(Bytes, Bytes)>) -> Metadata {
+        let mut v: Vec<(Bytes, Bytes)> = Vec::with_capacity(pairs.len());
+        for (k, val) in pairs {
+            match v.iter_mut().find(|(key, _)| *key == k) {
+                Some(slot) => slot.1 = val,
+                None => v.push((k, val)),
+            }
+        }
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        Metadata(v)
+    }
+
+    /// The pairs, sorted by key.
+    pub fn pairs(&self) -> &[(Bytes, Bytes)] {
+        &self.0
+    }
+}
+
+/// Limits of SPEC §6 (each a server option).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Longest namespace or semaphore name, bytes.
+    pub max_name_len: usize,
+    /// Longest process_id, bytes.
+    pub max_process_id_len: usize,
+    /// Longest description, bytes.
+    pub max_description_len: usize,
+    /// Most metadata entries.
+    pub max_metadata_entries: usize,
+    /// Longest metadata key, bytes.
+    pub max_metadata_key_len: usize,
+    /// Longest metadata value, bytes.
+    pub max_metadata_value_len: usize,
+    /// Shortest lease ttl, seconds.
+    pub min_lease_ttl: i64,
+    /// Longest lease ttl, seconds.
+    pub max_lease_ttl: i64,
+    /// Longest acquire timeout, seconds.
+    pub max_acquire_timeout: f64,
+    /// Most namespaces on the server.
+    pub max_namespaces: usize,
+    /// Most semaphores in one namespace.
+    pub max_semaphores_per_namespace: usize,
+    /// Most leases in one namespace.
+    pub max_leases_per_namespace: usize,
+    /// Most holders of one semaphore.
+    pub max_holders_per_semaphore: usize,
+    /// Most parked acquires on one semaphore.
+    pub max_waiters_per_semaphore: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_name_len: 128,
+            max_process_id_len: 128,
+            max_description_len: 1024,
+            max_metadata_entries: 32,
+            max_metadata_key_len: 128,
+            max_metadata_value_len: 256,
+            min_lease_ttl: 1,
+            max_lease_ttl: 300,
+            max_acquire_timeout: 300.0,
+            max_namespaces: 100_000,
+            max_semaphores_per_namespace: 1_000_000,
+            max_leases_per_namespace: 1_000_000,
+            max_holders_per_semaphore: 1_000,
+            max_waiters_per_semaphore: 100_000,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ids_are_shaped_and_distinct() {
+        let a = LeaseId::generate();
+        let b = LeaseId::generate();
+        assert_ne!(a, b);
+        let wire = a.to_bytes();
+        assert_eq!(wire.len(), 31);
+        assert!(wire.starts_with(b"ls_"));
+        assert_eq!(LeaseId::parse(&wire), Some(a));
+        assert_eq!(LeaseId::parse(b"ls_short"), None);
+        assert_eq!(format!("{a:?}"), "ls_<redacted>");
+    }
+
+    #[test]
+    fn metadata_last_duplicate_wins_and_sorts() {
+        let m = Metadata::from_pairs(vec![
+            (Bytes::from("b"), Bytes::from("1")),
+            (Bytes::from("a"), Bytes::from("2")),
+            (Bytes::from("b"), Bytes::from("3")),
+        ]);
+        assert_eq!(
+            m.pairs(),
+            &[
+                (Bytes::from("a"), Bytes::from("2")),
+                (Bytes::from("b"), Bytes::from("3"))
+            ]
+        );
+    }
+}

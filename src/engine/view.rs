@@ -1,0 +1,123 @@
+//! Entities as replies (SPEC §4 "Replies"): maps with the field names of §1.
+
+use bytes::Bytes;
+
+use super::page::{CursorKind, PageOf};
+use super::state::{Holder, Lease, Namespace, Semaphore};
+use super::types::{FencingToken, Metadata, Nanos};
+use crate::protocol::Reply;
+
+/// The outcome of an acquire, spelled as the spec's enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The lease now holds the permits.
+    Acquired,
+    /// Timeout 0 and the permits were not available.
+    Unavailable,
+    /// Waited the whole timeout.
+    TimedOut,
+}
+
+impl Outcome {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "ACQUIRE_OUTCOME_ACQUIRED",
+            Outcome::Unavailable => "ACQUIRE_OUTCOME_UNAVAILABLE",
+            Outcome::TimedOut => "ACQUIRE_OUTCOME_TIMED_OUT",
+        }
+    }
+}
+
+/// Metadata as a map of bulk strings.
+pub fn metadata(m: &Metadata) -> Reply {
+    Reply::Map(
+        m.pairs()
+            .iter()
+            .map(|(k, v)| (Reply::Bulk(k.clone()), Reply::Bulk(v.clone())))
+            .collect(),
+    )
+}
+
+/// A namespace.
+pub fn namespace(ns: &Namespace) -> Reply {
+    Reply::fields(vec![
+        ("name", Reply::Bulk(ns.name.bytes().clone())),
+        ("description", Reply::Bulk(ns.description.clone())),
+        ("metadata", metadata(&ns.metadata)),
+        ("version", Reply::Int(ns.version)),
+        ("created_at", Reply::Int(ns.created_at)),
+        ("updated_at", Reply::Int(ns.updated_at)),
+    ])
+}
+
+/// A semaphore.
+pub fn semaphore(s: &Semaphore) -> Reply {
+    Reply::fields(vec![
+        ("name", Reply::Bulk(s.name.bytes().clone())),
+        ("description", Reply::Bulk(s.description.clone())),
+        ("permits", Reply::Int(s.permits)),
+        ("active_holds", Reply::Int(s.active_holds)),
+        ("active_holders_count", Reply::Int(s.holders.len() as i64)),
+        ("version", Reply::Int(s.version)),
+        ("created_at", Reply::Int(s.created_at)),
+        ("updated_at", Reply::Int(s.updated_at)),
+        ("last_activity_at", Reply::Int(s.last_activity_at)),
+        ("metadata", metadata(&s.metadata)),
+    ])
+}
+
+/// A holder; `expires_at` is its lease's.
+pub fn holder(token: FencingToken, h: &Holder, expires_at: Nanos) -> Reply {
+    Reply::fields(vec![
+        ("lease_id", Reply::Bulk(h.lease.to_bytes())),
+        ("process_id", Reply::Bulk(h.process_id.clone())),
+        ("weight", Reply::Int(h.weight)),
+        ("locked_at", Reply::Int(h.locked_at)),
+        ("expires_at", Reply::Int(expires_at)),
+        ("fencing_token", Reply::Int(token)),
+        ("metadata", metadata(&h.metadata)),
+    ])
+}
+
+/// A lease.
+pub fn lease(l: &Lease) -> Reply {
+    Reply::fields(vec![
+        ("lease_id", Reply::Bulk(l.id.to_bytes())),
+        ("process_id", Reply::Bulk(l.process_id.clone())),
+        ("created_at", Reply::Int(l.created_at)),
+        ("expires_at", Reply::Int(l.expires_at)),
+        ("metadata", metadata(&l.metadata)),
+    ])
+}
+
+/// An acquire result: outcome, semaphore, and the fencing token when acquired.
+pub fn acquire(outcome: Outcome, s: &Semaphore, token: Option<FencingToken>) -> Reply {
+    let mut fields = vec![
+        ("outcome", Reply::text(outcome.as_str())),
+        ("semaphore", semaphore(s)),
+    ];
+    if let Some(t) = token {
+        fields.push(("fencing_token", Reply::Int(t)));
+    }
+    Reply::fields(fields)
+}
+
+/// A page: the list under `list`, then `next_cursor` and `previous_cursor` (`""` when none).
+pub fn page<K>(
+    list: &'static str,
+    kind: CursorKind,
+    p: PageOf<K, Reply>,
+    key: impl Fn(&K) -> Bytes,
+) -> Reply {
+    use super::page::{Cursor, Dir};
+    let cursor = |k: Option<K>, dir: Dir| match k {
+        Some(k) => Reply::Bulk(Cursor { dir, key: key(&k) }.encode(kind)),
+        None => Reply::text(""),
+    };
+    Reply::fields(vec![
+        (list, Reply::Array(p.items)),
+        ("next_cursor", cursor(p.next, Dir::Next)),
+        ("previous_cursor", cursor(p.prev, Dir::Prev)),
+    ])
+}

@@ -1,0 +1,717 @@
+//! One client connection: reads requests, runs them in order, writes replies in batches.
+//!
+//! Commands of namespaces owned by this thread's shard run inline; consecutive non-blocking
+//! commands for another shard travel as one message. A parked acquire holds the commands behind
+//! it (as BLPOP does in Redis) while the connection keeps watching its socket, so a client that
+//! goes away is dropped from the queue at once.
+
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, watch};
+
+use super::clients::Client;
+use super::info;
+use super::shard::{Done, ShardCtx, ShardMsg};
+use super::Global;
+use crate::command::{self, docs, Cmd, CommandSpec, EngineRequest, KillFilter, Request};
+use crate::engine::page::Page;
+use crate::engine::shard::{merge_ns_pages, ns_page_reply};
+use crate::engine::{Cancel, WaiterId};
+use crate::error::Error;
+use crate::protocol::{Proto, ProtocolError, Reply, RequestParser};
+
+/// Replies are written once this much is buffered, even mid-pipeline.
+const OUT_FLUSH: usize = 64 * 1024;
+
+/// Serves one accepted connection until it closes.
+pub async fn serve(ctx: Rc<ShardCtx>, stream: TcpStream) {
+    let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
+        return;
+    };
+    let g = ctx.global.clone();
+    let client = g.clients.add(addr, laddr, stream.as_raw_fd(), ctx.id);
+    let mut conn = Conn {
+        authed: g.config.requirepass.is_none(),
+        shutdown: g.shutdown.subscribe(),
+        ctx,
+        g: g.clone(),
+        client: client.clone(),
+        stream,
+        inbuf: BytesMut::with_capacity(16 * 1024),
+        out: BytesMut::with_capacity(16 * 1024),
+        parser: RequestParser::default(),
+        proto: Proto::Resp2,
+        multi: None,
+        close: false,
+        batch_shard: 0,
+        batch: Vec::new(),
+    };
+    conn.run().await;
+    g.clients.remove(client.id);
+}
+
+/// A transaction being queued.
+struct Multi {
+    queued: Vec<(&'static CommandSpec, Vec<Bytes>)>,
+    dirty: bool,
+}
+
+struct Conn {
+    ctx: Rc<ShardCtx>,
+    g: Arc<Global>,
+    client: Arc<Client>,
+    stream: TcpStream,
+    inbuf: BytesMut,
+    out: BytesMut,
+    parser: RequestParser,
+    proto: Proto,
+    authed: bool,
+    multi: Option<Multi>,
+    /// Close once the replies so far are written.
+    close: bool,
+    shutdown: watch::Receiver<bool>,
+    /// Non-blocking requests for shard `batch_shard`, not sent yet.
+    batch_shard: usize,
+    batch: Vec<EngineRequest>,
+}
+
+/// What a read brought.
+enum Read {
+    Data,
+    Closed,
+}
+
+/// What woke a waiting connection.
+enum Event {
+    /// The parked acquire's reply (None: its sender went away).
+    Reply(Option<Reply>),
+    /// Bytes or end of stream.
+    Read(std::io::Result<usize>),
+    /// A kill or CLIENT UNBLOCK.
+    Wake,
+    /// Server shutdown.
+    Shutdown,
+}
+
+impl Conn {
+    async fn run(&mut self) {
+        loop {
+            if let Read::Closed = self.read().await {
+                return;
+            }
+            self.process().await;
+            if self.write_out().await.is_err() || self.close {
+                return;
+            }
+        }
+    }
+
+    /// Waits for bytes, a kill, or shutdown.
+    async fn read(&mut self) -> Read {
+        loop {
+            let ev = tokio::select! {
+                r = self.stream.read_buf(&mut self.inbuf) => Event::Read(r),
+                _ = self.client.wake.notified() => Event::Wake,
+                _ = self.shutdown.wait_for(|s| *s) => Event::Shutdown,
+            };
+            match ev {
+                Event::Read(Ok(0) | Err(_)) | Event::Shutdown => return Read::Closed,
+                Event::Read(Ok(_)) if self.over_query_limit() => return Read::Closed,
+                Event::Read(Ok(_)) => return Read::Data,
+                Event::Wake if self.client.killed.load(Ordering::Acquire) => return Read::Closed,
+                Event::Wake | Event::Reply(_) => {}
+            }
+        }
+    }
+
+    /// Past the query-buffer limit the client gets an error and is disconnected.
+    fn over_query_limit(&mut self) -> bool {
+        let used = self.inbuf.len() + self.parser.pending_bytes();
+        if used <= self.g.config.client_query_buffer_limit {
+            return false;
+        }
+        tracing::warn!(
+            client = self.client.id,
+            used,
+            "closing client that reached the query buffer limit"
+        );
+        self.push(Reply::Error(Error::Err(
+            "Protocol error: query buffer limit exceeded".into(),
+        )));
+        true
+    }
+
+    async fn write_out(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            self.stream.write_all(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, r: Reply) {
+        r.encode(self.proto, &mut self.out);
+    }
+
+    /// Runs every complete request in the input buffer.
+    async fn process(&mut self) {
+        while !self.close {
+            let authed = self.authed;
+            match self
+                .parser
+                .next(&mut self.inbuf, &self.g.request_limits, authed)
+            {
+                Ok(Some(argv)) => self.command(argv).await,
+                Ok(None) => break,
+                Err(ProtocolError(m)) => {
+                    self.flush_batch().await;
+                    self.push(Reply::Error(Error::Err(format!("Protocol error: {m}"))));
+                    self.close = true;
+                }
+            }
+            if self.out.len() >= OUT_FLUSH
+                && self.batch.is_empty()
+                && self.write_out().await.is_err()
+            {
+                self.close = true;
+            }
+        }
+        self.flush_batch().await;
+    }
+
+    async fn command(&mut self, argv: Vec<Bytes>) {
+        self.g.total_commands.fetch_add(1, Ordering::Relaxed);
+        let spec = match command::resolve(&argv) {
+            Ok(s) => s,
+            Err(e) => return self.reject(e, true).await,
+        };
+        self.client.touch(spec.name);
+        if !self.authed && !spec.flags.contains(&"no-auth") {
+            return self
+                .reject(Error::NoAuth("Authentication required.".into()), true)
+                .await;
+        }
+        match spec.cmd {
+            Cmd::Multi => return self.multi_start().await,
+            Cmd::Exec => return self.exec().await,
+            Cmd::Discard => return self.discard().await,
+            Cmd::Quit | Cmd::Reset => {}
+            _ => {
+                if let Some(m) = &mut self.multi {
+                    if spec.flags.contains(&"no-multi") {
+                        m.dirty = true;
+                        self.push(Reply::Error(Error::Err(
+                            "Command not allowed inside a transaction".into(),
+                        )));
+                    } else {
+                        m.queued.push((spec, argv));
+                        self.client
+                            .multi
+                            .store(m.queued.len() as i64, Ordering::Relaxed);
+                        self.push(Reply::Simple("QUEUED"));
+                    }
+                    return;
+                }
+            }
+        }
+        let req = match command::parse(spec, &argv, &self.g.limits) {
+            Ok(r) => r,
+            Err(e) => return self.reject(e, false).await,
+        };
+        match req {
+            Request::Engine(r) => self.engine(r).await,
+            other => {
+                self.flush_batch().await;
+                if let Some(reply) = self.surface(other).await {
+                    self.push(reply);
+                }
+            }
+        }
+    }
+
+    /// Answers an error; one found while queueing (`in_queue`) aborts the transaction.
+    async fn reject(&mut self, e: Error, in_queue: bool) {
+        self.flush_batch().await;
+        if in_queue {
+            if let Some(m) = &mut self.multi {
+                m.dirty = true;
+            }
+        }
+        self.push(Reply::Error(e));
+    }
+
+    async fn engine(&mut self, r: EngineRequest) {
+        let Some(ns) = r.namespace() else {
+            self.flush_batch().await;
+            if let EngineRequest::NsList { page } = r {
+                let reply = self.ns_list(page).await;
+                self.push(reply);
+            }
+            return;
+        };
+        let shard = self.g.shard_of(ns);
+        if r.may_block() {
+            self.flush_batch().await;
+            let done = if shard == self.ctx.id {
+                self.ctx.exec(r, true)
+            } else {
+                match self.remote(shard, vec![r], true).await.pop() {
+                    Some(d) => d,
+                    None => Done::Reply(shutting_down()),
+                }
+            };
+            self.finish(shard, done).await;
+        } else if shard == self.ctx.id {
+            self.flush_batch().await;
+            let done = self.ctx.exec(r, true);
+            self.finish(shard, done).await;
+        } else {
+            if !self.batch.is_empty() && self.batch_shard != shard {
+                self.flush_batch().await;
+            }
+            self.batch_shard = shard;
+            self.batch.push(r);
+        }
+    }
+
+    /// Sends the pending batch to its shard and writes its replies.
+    async fn flush_batch(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let reqs = std::mem::take(&mut self.batch);
+        let n = reqs.len();
+        let shard = self.batch_shard;
+        let results = self.remote(shard, reqs, true).await;
+        let missing = n - results.len();
+        for d in results {
+            self.finish(shard, d).await;
+        }
+        for _ in 0..missing {
+            self.push(shutting_down());
+        }
+    }
+
+    async fn remote(&self, shard: usize, reqs: Vec<EngineRequest>, may_wait: bool) -> Vec<Done> {
+        let (tx, rx) = oneshot::channel();
+        let msg = ShardMsg::Exec {
+            reqs,
+            may_wait,
+            reply: tx,
+        };
+        if self.g.shards[shard].send(msg).is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    async fn finish(&mut self, shard: usize, done: Done) {
+        match done {
+            Done::Reply(r) => self.push(r),
+            Done::Parked(rx, id) => match self.wait_parked(shard, id, rx).await {
+                Some(r) => self.push(r),
+                None => self.close = true,
+            },
+        }
+    }
+
+    /// Waits for a parked acquire's reply while watching the socket, kills, CLIENT UNBLOCK and
+    /// shutdown. `None` means the connection is to close (its waiter was removed).
+    async fn wait_parked(
+        &mut self,
+        shard: usize,
+        id: WaiterId,
+        mut rx: oneshot::Receiver<Reply>,
+    ) -> Option<Reply> {
+        if self.write_out().await.is_err() {
+            self.cancel(shard, id, Cancel::Disconnected).await;
+            return None;
+        }
+        self.client.blocked.store(true, Ordering::Release);
+        self.g.clients.blocked.fetch_add(1, Ordering::Relaxed);
+        let result = loop {
+            let ev = tokio::select! {
+                r = &mut rx => Event::Reply(r.ok()),
+                r = self.stream.read_buf(&mut self.inbuf) => Event::Read(r),
+                _ = self.client.wake.notified() => Event::Wake,
+                _ = self.shutdown.wait_for(|s| *s) => Event::Shutdown,
+            };
+            let gone = match ev {
+                Event::Reply(r) => break r,
+                Event::Read(Ok(0) | Err(_)) | Event::Shutdown => true,
+                Event::Read(Ok(_)) => self.over_query_limit(),
+                Event::Wake if self.client.killed.load(Ordering::Acquire) => true,
+                Event::Wake => {
+                    let why = match self.client.unblock.swap(0, Ordering::AcqRel) {
+                        1 => Some(Cancel::UnblockTimeout),
+                        2 => Some(Cancel::UnblockError),
+                        _ => None,
+                    };
+                    if let Some(why) = why {
+                        // The reply (time-out, error, or a grant that came first) arrives on `rx`.
+                        self.cancel(shard, id, why).await;
+                    }
+                    false
+                }
+            };
+            if gone {
+                self.cancel(shard, id, Cancel::Disconnected).await;
+                break None;
+            }
+        };
+        self.client.blocked.store(false, Ordering::Release);
+        self.client.unblock.store(0, Ordering::Release);
+        self.g.clients.blocked.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+
+    async fn cancel(&self, shard: usize, waiter: WaiterId, why: Cancel) -> bool {
+        if shard == self.ctx.id {
+            return self.ctx.cancel(waiter, why);
+        }
+        let (tx, rx) = oneshot::channel();
+        let msg = ShardMsg::Cancel {
+            waiter,
+            why,
+            reply: tx,
+        };
+        if self.g.shards[shard].send(msg).is_err() {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
+    /// NS.LIST: every shard's part, merged in name order.
+    async fn ns_list(&self, page: Page) -> Reply {
+        let mut waits = Vec::with_capacity(self.g.shards.len());
+        for s in &self.g.shards {
+            let (tx, rx) = oneshot::channel();
+            if s.send(ShardMsg::NsList {
+                page: page.clone(),
+                reply: tx,
+            })
+            .is_ok()
+            {
+                waits.push(rx);
+            }
+        }
+        let mut parts = Vec::with_capacity(waits.len());
+        for rx in waits {
+            if let Ok(p) = rx.await {
+                parts.push(p);
+            }
+        }
+        ns_page_reply(merge_ns_pages(parts, &page))
+    }
+
+    async fn info(&self, sections: &[Bytes]) -> Reply {
+        let mut waits = Vec::with_capacity(self.g.shards.len());
+        for s in &self.g.shards {
+            let (tx, rx) = oneshot::channel();
+            if s.send(ShardMsg::Info { reply: tx }).is_ok() {
+                waits.push(rx);
+            }
+        }
+        let mut parts = Vec::new();
+        for rx in waits {
+            if let Ok(p) = rx.await {
+                parts.push(p);
+            }
+        }
+        let (counts, stats) = info::sum(&parts);
+        Reply::Verbatim(info::info_text(&self.g, sections, counts, stats).into())
+    }
+
+    async fn multi_start(&mut self) {
+        self.flush_batch().await;
+        if self.multi.is_some() {
+            // As Redis: an error, and the transaction goes on.
+            self.push(Reply::Error(Error::Err(
+                "MULTI calls can not be nested".into(),
+            )));
+            return;
+        }
+        self.multi = Some(Multi {
+            queued: Vec::new(),
+            dirty: false,
+        });
+        self.client.multi.store(0, Ordering::Relaxed);
+        self.push(Reply::OK);
+    }
+
+    async fn discard(&mut self) {
+        self.flush_batch().await;
+        if self.multi.take().is_none() {
+            self.push(Reply::Error(Error::Err("DISCARD without MULTI".into())));
+            return;
+        }
+        self.client.multi.store(-1, Ordering::Relaxed);
+        self.push(Reply::OK);
+    }
+
+    /// EXEC: the queued commands of one namespace run atomically on its shard, acquires without
+    /// waiting; commands of several namespaces are refused with CROSSSLOT and nothing runs.
+    async fn exec(&mut self) {
+        self.flush_batch().await;
+        let Some(m) = self.multi.take() else {
+            self.push(Reply::Error(Error::Err("EXEC without MULTI".into())));
+            return;
+        };
+        self.client.multi.store(-1, Ordering::Relaxed);
+        if m.dirty {
+            self.push(Reply::Error(Error::ExecAbort(
+                "Transaction discarded because of previous errors.".into(),
+            )));
+            return;
+        }
+        let parsed: Vec<Result<Request, Error>> = m
+            .queued
+            .iter()
+            .map(|(spec, argv)| command::parse(spec, argv, &self.g.limits))
+            .collect();
+        let mut namespace = None;
+        for r in parsed.iter().flatten() {
+            if let Request::Engine(e) = r {
+                if let Some(ns) = e.namespace() {
+                    if namespace.is_some_and(|n| n != ns) {
+                        self.push(Reply::Error(Error::CrossSlot(
+                            "Keys in request don't hash to the same slot".into(),
+                        )));
+                        return;
+                    }
+                    namespace = Some(ns);
+                }
+            }
+        }
+        let shard = namespace.map(|ns| self.g.shard_of(ns));
+        let mut engine_reqs = Vec::new();
+        let mut rest = Vec::with_capacity(parsed.len());
+        for r in parsed {
+            match r {
+                Ok(Request::Engine(e)) if e.namespace().is_some() => {
+                    engine_reqs.push(e);
+                    rest.push(None);
+                }
+                other => rest.push(Some(other)),
+            }
+        }
+        let n_engine = engine_reqs.len();
+        let mut engine_done = match shard {
+            Some(s) if s == self.ctx.id => self.ctx.exec_batch(engine_reqs, false),
+            Some(s) => self.remote(s, engine_reqs, false).await,
+            None => Vec::new(),
+        }
+        .into_iter();
+        let mut replies = Vec::with_capacity(rest.len());
+        for slot in rest {
+            let reply = match slot {
+                None => match engine_done.next() {
+                    Some(Done::Reply(r)) => r,
+                    // may_wait is false: nothing parks inside a transaction.
+                    Some(Done::Parked(..)) | None => shutting_down(),
+                },
+                Some(Err(e)) => Reply::Error(e),
+                Some(Ok(Request::Engine(EngineRequest::NsList { page }))) => {
+                    self.ns_list(page).await
+                }
+                Some(Ok(other)) => self.surface(other).await.unwrap_or(Reply::OK),
+            };
+            replies.push(reply);
+        }
+        debug_assert!(n_engine == 0 || engine_done.next().is_none());
+        self.push(Reply::Array(replies));
+    }
+
+    /// Runs a connection- or server-level command; `None` when nothing is to be answered.
+    async fn surface(&mut self, req: Request) -> Option<Reply> {
+        Some(match req {
+            Request::Ping(None) => Reply::Simple("PONG"),
+            Request::Ping(Some(m)) | Request::Echo(m) => Reply::Bulk(m),
+            Request::Quit => {
+                self.close = true;
+                Reply::OK
+            }
+            Request::Reset => {
+                self.multi = None;
+                self.client.multi.store(-1, Ordering::Relaxed);
+                self.set_proto(Proto::Resp2);
+                self.client.set_name(Bytes::new());
+                self.authed = self.g.config.requirepass.is_none();
+                self.client.set_user(Bytes::from_static(b"default"));
+                Reply::Simple("RESET")
+            }
+            Request::Select(0) => Reply::OK,
+            Request::Select(_) => Reply::Error(Error::Err("DB index is out of range".into())),
+            Request::Auth { user, pass } => match self.auth(user.as_ref(), &pass, false) {
+                Ok(()) => Reply::OK,
+                Err(e) => Reply::Error(e),
+            },
+            Request::Hello {
+                proto,
+                auth,
+                setname,
+            } => self.hello(proto, auth, setname),
+            Request::ClientId => Reply::Int(self.client.id as i64),
+            Request::ClientSetName(n) => {
+                self.client.set_name(n);
+                Reply::OK
+            }
+            Request::ClientGetName => {
+                let n = self.client.name();
+                if n.is_empty() {
+                    Reply::Null
+                } else {
+                    Reply::Bulk(n)
+                }
+            }
+            Request::ClientSetInfo { lib_name, value } => {
+                self.client.set_lib(lib_name, value);
+                Reply::OK
+            }
+            Request::ClientInfo => Reply::Verbatim(format!("{}\n", self.client.info_line()).into()),
+            Request::ClientList(ids) => {
+                let mut text = String::new();
+                for c in self.g.clients.all() {
+                    if ids.as_ref().is_none_or(|ids| ids.contains(&c.id)) {
+                        text.push_str(&c.info_line());
+                        text.push('\n');
+                    }
+                }
+                Reply::Verbatim(text.into())
+            }
+            Request::ClientKill(f) => self.client_kill(&f),
+            Request::ClientUnblock { id, error } => {
+                let unblocked = match self.g.clients.get(id) {
+                    Some(c) if c.blocked.load(Ordering::Acquire) => {
+                        c.unblock
+                            .store(if error { 2 } else { 1 }, Ordering::Release);
+                        c.wake.notify_one();
+                        1
+                    }
+                    _ => 0,
+                };
+                Reply::Int(unblocked)
+            }
+            Request::ClientUnsupported(what) => Reply::Error(Error::Err(format!(
+                "permitd does not support {what} (CLIENT TRACKING and related subcommands)"
+            ))),
+            Request::Command => docs::info_reply(&[]),
+            Request::CommandCount => docs::count_reply(),
+            Request::CommandInfo(names) => docs::info_reply(&names),
+            Request::CommandDocs(names) => docs::docs_reply(&names),
+            Request::CommandList => docs::list_reply(),
+            Request::CommandGetKeys(argv) => docs::getkeys_reply(&argv).into(),
+            Request::Info(sections) => self.info(&sections).await,
+            Request::ConfigGet(patterns) => info::config_get(&self.g, &patterns),
+            Request::Shutdown => {
+                tracing::info!(client = self.client.id, "User requested shutdown...");
+                self.g.begin_shutdown();
+                self.close = true;
+                return None;
+            }
+            Request::Multi | Request::Exec | Request::Discard | Request::Engine(_) => {
+                unreachable!("handled by `command`")
+            }
+        })
+    }
+
+    fn set_proto(&mut self, p: Proto) {
+        self.proto = p;
+        self.client.resp.store(p.number() as u8, Ordering::Relaxed);
+    }
+
+    /// Checks credentials: the `default` user with `--requirepass` (or without a password).
+    fn auth(&mut self, user: Option<&Bytes>, pass: &Bytes, from_hello: bool) -> Result<(), Error> {
+        let user_is_default = user.is_none_or(|u| u.as_ref() == b"default");
+        let ok = match &self.g.config.requirepass {
+            None if user.is_none() && !from_hello => {
+                return Err(Error::Err(
+                    "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into(),
+                ))
+            }
+            None => user_is_default,
+            Some(pw) => user_is_default && constant_time_eq(pw.as_bytes(), pass),
+        };
+        if !ok {
+            return Err(Error::WrongPass(
+                "invalid username-password pair or user is disabled.".into(),
+            ));
+        }
+        self.authed = true;
+        self.client
+            .set_user(user.cloned().unwrap_or(Bytes::from_static(b"default")));
+        Ok(())
+    }
+
+    fn hello(
+        &mut self,
+        proto: Option<i64>,
+        auth: Option<(Bytes, Bytes)>,
+        setname: Option<Bytes>,
+    ) -> Reply {
+        let p = match proto {
+            None => self.proto,
+            Some(2) => Proto::Resp2,
+            Some(3) => Proto::Resp3,
+            Some(_) => return Reply::Error(Error::NoProto("unsupported protocol version".into())),
+        };
+        if let Some((user, pass)) = auth {
+            if let Err(e) = self.auth(Some(&user), &pass, true) {
+                return Reply::Error(e);
+            }
+        }
+        if !self.authed {
+            return Reply::Error(Error::NoAuth("HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into()));
+        }
+        if let Some(n) = setname {
+            if n.iter().any(|&b| b <= b' ' || b > b'~') {
+                return Reply::Error(Error::Err(
+                    "Client names cannot contain spaces, newlines or special characters.".into(),
+                ));
+            }
+            self.client.set_name(n);
+        }
+        self.set_proto(p);
+        info::hello(self.client.id, p)
+    }
+
+    fn client_kill(&self, f: &KillFilter) -> Reply {
+        let mut killed = 0;
+        for c in self.g.clients.all() {
+            let matches = f.id.is_none_or(|id| id == c.id)
+                && f.addr
+                    .as_ref()
+                    .is_none_or(|a| a.as_ref() == c.addr.to_string().as_bytes())
+                && f.laddr
+                    .as_ref()
+                    .is_none_or(|a| a.as_ref() == c.laddr.to_string().as_bytes())
+                && f.user.as_ref().is_none_or(|u| *u == c.user());
+            if matches && !(f.skipme && c.id == self.client.id) {
+                c.kill();
+                killed += 1;
+            }
+        }
+        if f.old_form {
+            if killed == 0 {
+                return Reply::Error(Error::Err("No such client".into()));
+            }
+            return Reply::OK;
+        }
+        Reply::Int(killed)
+    }
+}
+
+fn shutting_down() -> Reply {
+    Reply::Error(Error::Err("server is shutting down".into()))
+}
+
+/// Compares secrets without stopping at the first difference.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

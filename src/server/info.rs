@@ -1,0 +1,254 @@
+//! Server-level replies: INFO sections, CONFIG GET, HELLO.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::Global;
+use crate::engine::{Counts, Stats};
+use crate::protocol::{Proto, Reply};
+
+/// The Redis version permitd is compatible with (clients check `redis_version`).
+pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
+
+/// permitd's own version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Sums shards' counters.
+pub fn sum(parts: &[(Counts, Stats)]) -> (Counts, Stats) {
+    let mut c = Counts::default();
+    let mut s = Stats::default();
+    for (pc, ps) in parts {
+        c.namespaces += pc.namespaces;
+        c.semaphores += pc.semaphores;
+        c.leases += pc.leases;
+        c.holders += pc.holders;
+        c.waiters += pc.waiters;
+        s.acquire_acquired += ps.acquire_acquired;
+        s.acquire_unavailable += ps.acquire_unavailable;
+        s.acquire_timed_out += ps.acquire_timed_out;
+        s.leases_expired += ps.leases_expired;
+        s.clients_unblocked += ps.clients_unblocked;
+    }
+    (c, s)
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+const SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "semaphores",
+    "keyspace",
+];
+
+/// The INFO text for the asked sections (`default`, `all`, `everything` or names).
+pub fn info_text(g: &Global, asked: &[Bytes], counts: Counts, stats: Stats) -> String {
+    let wanted: Vec<String> = asked
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+        .collect();
+    let all = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|w| w == "all" || w == "everything" || w == "default");
+    let mut out = String::new();
+    for &section in SECTIONS {
+        if !all && !wanted.iter().any(|w| w == section) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str("\r\n");
+        }
+        let mut title = section.to_string();
+        title[..1].make_ascii_uppercase();
+        out.push_str(&format!("# {title}\r\n"));
+        for (k, v) in section_fields(g, section, counts, stats) {
+            out.push_str(&format!("{k}:{v}\r\n"));
+        }
+    }
+    out
+}
+
+fn section_fields(g: &Global, section: &str, c: Counts, s: Stats) -> Vec<(&'static str, String)> {
+    let uptime = g.started.elapsed().as_secs();
+    match section {
+        "server" => vec![
+            ("redis_version", REDIS_COMPAT_VERSION.into()),
+            ("permitd_version", VERSION.into()),
+            ("redis_mode", "standalone".into()),
+            ("os", std::env::consts::OS.into()),
+            ("arch_bits", "64".into()),
+            ("multiplexing_api", "epoll".into()),
+            ("process_id", std::process::id().to_string()),
+            ("tcp_port", g.port.to_string()),
+            ("uptime_in_seconds", uptime.to_string()),
+            ("uptime_in_days", (uptime / 86400).to_string()),
+            ("shards", g.shards.len().to_string()),
+        ],
+        "clients" => vec![
+            ("connected_clients", g.clients.count().to_string()),
+            ("maxclients", g.config.maxclients.to_string()),
+            (
+                "blocked_clients",
+                g.clients.blocked.load(Ordering::Relaxed).to_string(),
+            ),
+        ],
+        "memory" => {
+            let rss = rss_bytes();
+            vec![
+                ("used_memory", rss.to_string()),
+                ("used_memory_rss", rss.to_string()),
+                ("maxmemory", "0".into()),
+            ]
+        }
+        "persistence" => vec![
+            ("loading", "0".into()),
+            ("async_loading", "0".into()),
+            ("rdb_bgsave_in_progress", "0".into()),
+            ("aof_enabled", "0".into()),
+            ("aof_rewrite_in_progress", "0".into()),
+        ],
+        "stats" => vec![
+            (
+                "total_connections_received",
+                g.clients
+                    .total_connections
+                    .load(Ordering::Relaxed)
+                    .to_string(),
+            ),
+            (
+                "total_commands_processed",
+                g.total_commands.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "rejected_connections",
+                g.clients
+                    .rejected_connections
+                    .load(Ordering::Relaxed)
+                    .to_string(),
+            ),
+            ("acquire_acquired", s.acquire_acquired.to_string()),
+            ("acquire_unavailable", s.acquire_unavailable.to_string()),
+            ("acquire_timed_out", s.acquire_timed_out.to_string()),
+            ("leases_expired", s.leases_expired.to_string()),
+            ("clients_unblocked", s.clients_unblocked.to_string()),
+        ],
+        "replication" => vec![("role", "master".into()), ("connected_slaves", "0".into())],
+        "semaphores" => vec![
+            ("namespaces", c.namespaces.to_string()),
+            ("semaphores", c.semaphores.to_string()),
+            ("leases", c.leases.to_string()),
+            ("holders", c.holders.to_string()),
+            ("waiters", c.waiters.to_string()),
+        ],
+        "keyspace" => {
+            if c.namespaces == 0 {
+                Vec::new()
+            } else {
+                vec![(
+                    "db0",
+                    format!("keys={},expires={},avg_ttl=0", c.namespaces, c.leases),
+                )]
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// `CONFIG GET pattern...`: name/value pairs of every option matching a pattern.
+pub fn config_get(g: &Global, patterns: &[Bytes]) -> Reply {
+    let mut pairs = Vec::new();
+    for (name, value) in g.config.entries() {
+        if patterns
+            .iter()
+            .any(|p| glob_match(&p.to_ascii_lowercase(), name.as_bytes()))
+        {
+            pairs.push((Reply::text(name), Reply::bulk(value)));
+        }
+    }
+    Reply::Map(pairs)
+}
+
+/// Redis's glob matching (`*`, `?`, `[...]` with ranges and `^`, `\` escapes).
+pub fn glob_match(pat: &[u8], s: &[u8]) -> bool {
+    match pat.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => (0..=s.len()).any(|i| glob_match(rest, &s[i..])),
+        Some((b'?', rest)) => !s.is_empty() && glob_match(rest, &s[1..]),
+        Some((b'[', rest)) => {
+            let Some((&c, s_rest)) = s.split_first() else {
+                return false;
+            };
+            let (negate, mut body) = match rest.split_first() {
+                Some((b'^', b)) => (true, b),
+                _ => (false, rest),
+            };
+            let mut matched = false;
+            loop {
+                match body {
+                    [] => return false,
+                    [b']', after @ ..] => {
+                        body = after;
+                        break;
+                    }
+                    [b'\\', x, after @ ..] => {
+                        matched |= *x == c;
+                        body = after;
+                    }
+                    [lo, b'-', hi, after @ ..] if *hi != b']' => {
+                        let (lo, hi) = if lo <= hi { (*lo, *hi) } else { (*hi, *lo) };
+                        matched |= lo <= c && c <= hi;
+                        body = after;
+                    }
+                    [x, after @ ..] => {
+                        matched |= *x == c;
+                        body = after;
+                    }
+                }
+            }
+            matched != negate && glob_match(body, s_rest)
+        }
+        Some((b'\\', [x, rest @ ..])) => s.first() == Some(x) && glob_match(rest, &s[1..]),
+        Some((x, rest)) => s.first() == Some(x) && glob_match(rest, &s[1..]),
+    }
+}
+
+/// The HELLO reply.
+pub fn hello(client_id: u64, proto: Proto) -> Reply {
+    Reply::fields(vec![
+        ("server", Reply::text("permitd")),
+        ("version", Reply::text(REDIS_COMPAT_VERSION)),
+        ("proto", Reply::Int(proto.number())),
+        ("id", Reply::Int(client_id as i64)),
+        ("mode", Reply::text("standalone")),
+        ("role", Reply::text("master")),
+        ("modules", Reply::Array(Vec::new())),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"*", b"port"));
+        assert!(glob_match(b"p?rt", b"port"));
+        assert!(glob_match(b"max*", b"maxclients"));
+        assert!(glob_match(b"[ps]ort", b"sort"));
+        assert!(!glob_match(b"[^ps]ort", b"sort"));
+        assert!(glob_match(b"[a-z]ort", b"port"));
+        assert!(!glob_match(b"port", b"ports"));
+        assert!(glob_match(b"a\\*", b"a*"));
+    }
+}

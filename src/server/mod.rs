@@ -1,0 +1,159 @@
+//! The network server: listener, shard threads, connections, timers.
+
+pub mod clients;
+pub mod conn;
+pub mod info;
+pub mod shard;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::config::Config;
+use crate::engine::types::{Limits, Name};
+use crate::protocol::RequestLimits;
+use clients::Registry;
+use shard::ShardMsg;
+
+/// State shared by every thread of the server.
+pub struct Global {
+    /// Options.
+    pub config: Config,
+    /// Engine limits.
+    pub limits: Arc<Limits>,
+    /// Request limits.
+    pub request_limits: RequestLimits,
+    /// Each shard thread's inbox.
+    pub shards: Vec<mpsc::UnboundedSender<ShardMsg>>,
+    /// Connected clients.
+    pub clients: Registry,
+    /// Becomes true when the server shuts down.
+    pub shutdown: watch::Sender<bool>,
+    /// Start time.
+    pub started: Instant,
+    /// Namespaces on all shards (the quota is server-wide).
+    pub namespace_count: Arc<AtomicUsize>,
+    /// Commands processed.
+    pub total_commands: AtomicU64,
+    /// The port listened on.
+    pub port: u16,
+    hasher: ahash::RandomState,
+}
+
+impl Global {
+    /// The shard owning namespace `ns`.
+    pub fn shard_of(&self, ns: &Name) -> usize {
+        (self.hasher.hash_one(ns.bytes().as_ref()) % self.shards.len() as u64) as usize
+    }
+
+    /// Starts a graceful shutdown.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Whether the server is shutting down.
+    pub fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}
+
+/// Runs the server until SIGTERM, SIGINT or SHUTDOWN.
+pub fn run(config: Config) -> std::io::Result<()> {
+    let addr: SocketAddr = format!("{}:{}", config.bind, config.port)
+        .parse()
+        .map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("--bind/--port: {e}"),
+            )
+        })?;
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
+    let n = config.shard_count();
+    let mut inboxes = Vec::with_capacity(n);
+    let mut senders = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (tx, rx) = mpsc::unbounded_channel();
+        senders.push(tx);
+        inboxes.push(rx);
+    }
+    let global = Arc::new(Global {
+        limits: Arc::new(config.limits()),
+        request_limits: config.request_limits(),
+        config,
+        shards: senders,
+        clients: Registry::default(),
+        shutdown: watch::channel(false).0,
+        started: Instant::now(),
+        namespace_count: Arc::new(AtomicUsize::new(0)),
+        total_commands: AtomicU64::new(0),
+        port: local.port(),
+        // Fixed seeds: a namespace's shard is the same in every run with the same shard count.
+        hasher: ahash::RandomState::with_seeds(0x7065, 0x726d, 0x6974, 0x64),
+    });
+    let mut threads = Vec::with_capacity(n);
+    for (id, rx) in inboxes.into_iter().enumerate() {
+        threads.push(shard::spawn(id, global.clone(), rx)?);
+    }
+    tracing::info!(addr = %local, shards = n, "Ready to accept connections");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(accept_loop(global.clone(), listener))?;
+    global.begin_shutdown();
+    for t in threads {
+        let _ = t.join();
+    }
+    tracing::info!("permitd is now ready to exit, bye bye...");
+    Ok(())
+}
+
+/// Accepts connections and hands them round-robin to the shard threads, until shutdown.
+async fn accept_loop(global: Arc<Global>, listener: std::net::TcpListener) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut shutdown = global.shutdown.subscribe();
+    let mut next = 0usize;
+    loop {
+        tokio::select! {
+            _ = term.recv() => { tracing::info!("Received SIGTERM scheduling shutdown..."); break; }
+            _ = int.recv() => { tracing::info!("Received SIGINT scheduling shutdown..."); break; }
+            _ = shutdown.wait_for(|s| *s) => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // EMFILE and friends: back off briefly instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                if global.clients.count() >= global.config.maxclients {
+                    global.clients.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                    let mut s = stream;
+                    use tokio::io::AsyncWriteExt;
+                    let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
+                    continue;
+                }
+                let _ = stream.set_nodelay(true);
+                tracing::debug!(%peer, "accepted");
+                match stream.into_std() {
+                    Ok(std_stream) => {
+                        let shard = next % global.shards.len();
+                        next = next.wrapping_add(1);
+                        let _ = global.shards[shard].send(ShardMsg::Conn(std_stream));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not hand over a connection"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
