@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 
 use crate::engine::types::Limits;
+use crate::persist::Fsync;
 use crate::protocol::RequestLimits;
 
 /// permitd: distributed weighted semaphores held under leases, over the Redis protocol.
@@ -27,6 +28,21 @@ pub struct Config {
     #[arg(long, env = "PERMITD_DIR", default_value = "./data")]
     pub dir: PathBuf,
 
+    /// When the log reaches the disk: `always` (a reply waits for its change to be on disk;
+    /// group commit), `everysec` (about once a second: a crash of the machine may lose the last
+    /// second), `no` (when the OS decides).
+    #[arg(long, env = "PERMITD_FSYNC", value_enum, default_value_t = Fsync::Always)]
+    pub fsync: Fsync,
+
+    /// Start even if a log is corrupt before its end, truncating it at the first bad record
+    /// (the records from there on are lost), as redis-check-aof --fix does.
+    #[arg(long, env = "PERMITD_REPAIR_LOG", default_value_t = false)]
+    pub repair_log: bool,
+
+    /// Log size (bytes) past which a shard writes a snapshot and starts a new log.
+    #[arg(long, env = "PERMITD_SNAPSHOT_THRESHOLD", default_value_t = 64 * 1024 * 1024)]
+    pub snapshot_threshold: u64,
+
     /// Password of the default user; when set, clients must AUTH first.
     #[arg(long, env = "PERMITD_REQUIREPASS")]
     pub requirepass: Option<String>,
@@ -34,6 +50,20 @@ pub struct Config {
     /// Most client connections at once; more get `ERR max number of clients reached`.
     #[arg(long, env = "PERMITD_MAXCLIENTS", default_value_t = 10_000)]
     pub maxclients: usize,
+
+    /// Close a client idle (no command, not parked) for this many seconds; 0 never does.
+    #[arg(long, env = "PERMITD_TIMEOUT", default_value_t = 0)]
+    pub timeout: u64,
+
+    /// TCP keepalive probe interval in seconds (0: off), so dead peers are found and dropped.
+    #[arg(long, env = "PERMITD_TCP_KEEPALIVE", default_value_t = 300)]
+    pub tcp_keepalive: u64,
+
+    /// Disconnect a client whose replies could not be written for this many seconds (it stopped
+    /// reading); 0 never does. permitd stops reading a client while its replies are unwritten,
+    /// so such a client costs a bounded amount of memory meanwhile.
+    #[arg(long, env = "PERMITD_CLIENT_OUTPUT_TIMEOUT", default_value_t = 60)]
+    pub client_output_timeout: u64,
 
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing directive).
     #[arg(long, env = "PERMITD_LOG_LEVEL", default_value = "info")]
@@ -170,8 +200,20 @@ impl Config {
             ("port", self.port.to_string()),
             ("shards", self.shard_count().to_string()),
             ("dir", self.dir.display().to_string()),
+            ("fsync", self.fsync.as_str().to_string()),
+            (
+                "repair-log",
+                if self.repair_log { "yes" } else { "no" }.to_string(),
+            ),
+            ("snapshot-threshold", self.snapshot_threshold.to_string()),
             ("requirepass", self.requirepass.clone().unwrap_or_default()),
             ("maxclients", self.maxclients.to_string()),
+            ("timeout", self.timeout.to_string()),
+            ("tcp-keepalive", self.tcp_keepalive.to_string()),
+            (
+                "client-output-timeout",
+                self.client_output_timeout.to_string(),
+            ),
             ("log-level", self.log_level.clone()),
             ("proto-max-bulk-len", self.proto_max_bulk_len.to_string()),
             (
@@ -218,7 +260,8 @@ impl Config {
                 self.max_waiters_per_semaphore.to_string(),
             ),
             ("save", String::new()),
-            ("appendonly", "no".to_string()),
+            ("appendonly", "yes".to_string()),
+            ("appendfsync", self.fsync.as_str().to_string()),
             ("databases", "1".to_string()),
         ]
     }

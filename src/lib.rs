@@ -10,5 +10,6 @@ pub mod command;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod persist;
 pub mod protocol;
 pub mod server;

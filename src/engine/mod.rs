@@ -1,6 +1,7 @@
 //! The deterministic shard state machine: namespaces, semaphores, leases, holders and parked
 //! acquires. No clock, no socket: `now` comes in with every call.
 
+pub mod journal;
 pub mod page;
 pub mod shard;
 pub mod state;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::journal::{self, Record};
 use super::page::{take_page, CursorKind, Dir, Page, PageOf};
 use super::state::{FastMap, Lease, Namespace, Semaphore, Waiter, WaiterId};
 use super::types::{FencingToken, LeaseId, Limits, Metadata, Name, Nanos, Weight};
@@ -90,6 +91,7 @@ struct Cx {
     timers: BTreeSet<(Nanos, Timer)>,
     waiter_at: FastMap<WaiterId, (Name, Name)>,
     outbox: Vec<(WaiterId, Reply)>,
+    journal: Vec<Record>,
     next_waiter: WaiterId,
     token_hwm: FencingToken,
     stats: Stats,
@@ -131,6 +133,7 @@ impl Shard {
                 timers: BTreeSet::new(),
                 waiter_at: FastMap::default(),
                 outbox: Vec::new(),
+                journal: Vec::new(),
                 next_waiter: 1,
                 token_hwm: 0,
                 stats: Stats::default(),
@@ -138,6 +141,39 @@ impl Shard {
                 namespace_count,
             },
         }
+    }
+
+    /// A shard holding restored state (from a snapshot and log). Leases that died while the
+    /// server was down die at the first [`Shard::advance`], freeing their permits.
+    pub fn restore(
+        limits: Arc<Limits>,
+        namespace_count: Arc<AtomicUsize>,
+        namespaces: BTreeMap<Name, Namespace>,
+        token_hwm: FencingToken,
+    ) -> Shard {
+        namespace_count.fetch_add(namespaces.len(), Ordering::AcqRel);
+        let mut shard = Shard::new(limits, namespace_count);
+        for n in namespaces.values() {
+            for l in n.leases.values() {
+                shard
+                    .cx
+                    .timers
+                    .insert((l.expires_at, Timer::Lease(n.name.clone(), l.id)));
+            }
+        }
+        shard.namespaces = namespaces;
+        shard.cx.token_hwm = token_hwm;
+        shard
+    }
+
+    /// The namespaces and the fencing-token high-water mark (what a snapshot saves).
+    pub fn state(&self) -> (&BTreeMap<Name, Namespace>, FencingToken) {
+        (&self.namespaces, self.cx.token_hwm)
+    }
+
+    /// State changes made since the last call, in order.
+    pub fn take_journal(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.cx.journal)
     }
 
     /// The earliest instant at which [`Shard::advance`] has work (a lease expiry or a time-out).
@@ -176,20 +212,51 @@ impl Shard {
 
     /// Fires every deadline up to and including `now`: leases die at their `expires_at`,
     /// parked acquires time out at their deadline.
+    ///
+    /// Everything due at one instant `t` happens at `t`, together: first every lease whose
+    /// `expires_at` is `t` dies (holds released, its parked acquires end NOTFOUND), then every
+    /// parked acquire whose deadline is `t` times out, and only then are the queues served. So
+    /// no permit is ever granted at `t` to a lease that is dead at `t` or to an acquire whose
+    /// time is up at `t`, whatever the order of the timers. Grants made then carry `t` as
+    /// their time (`locked_at`, `last_activity_at`, fencing token floor), also when `now` is
+    /// later (the caller ran late).
     pub fn advance(&mut self, now: Nanos) {
-        while let Some((t, _)) = self.cx.timers.first() {
-            if *t > now {
+        while let Some(&(t, _)) = self.cx.timers.first() {
+            if t > now {
                 break;
             }
-            let (_, timer) = self.cx.timers.pop_first().expect("first exists");
-            match timer {
-                Timer::Lease(ns, id) => {
-                    if let Some(n) = self.namespaces.get_mut(&ns) {
-                        self.cx.stats.leases_expired += 1;
-                        drop_lease(n, &id, now, &mut self.cx);
+            let mut touched: Vec<(Name, Name)> = Vec::new();
+            // Lease timers sort before waiter timers of the same instant.
+            while let Some((at, _)) = self.cx.timers.first() {
+                if *at != t {
+                    break;
+                }
+                let (_, timer) = self.cx.timers.pop_first().expect("first exists");
+                match timer {
+                    Timer::Lease(ns, id) => {
+                        if let Some(n) = self.namespaces.get_mut(&ns) {
+                            self.cx.stats.leases_expired += 1;
+                            for sem in drop_lease(n, &id, &mut self.cx) {
+                                touched.push((ns.clone(), sem));
+                            }
+                        }
+                    }
+                    Timer::Waiter(w) => {
+                        touched.extend(self.end_waiter(w, Ending::Outcome(Outcome::TimedOut)))
                     }
                 }
-                Timer::Waiter(w) => self.end_waiter(w, now, Ending::Outcome(Outcome::TimedOut)),
+            }
+            self.serve_all(touched, t);
+        }
+    }
+
+    /// Serves the queues of the `(namespace, semaphore)` pairs in `touched` at `now`.
+    fn serve_all(&mut self, mut touched: Vec<(Name, Name)>, now: Nanos) {
+        touched.sort();
+        touched.dedup();
+        for (ns, sem) in touched {
+            if let Some(n) = self.namespaces.get_mut(&ns) {
+                serve(n, &sem, now, &mut self.cx);
             }
         }
     }
@@ -211,15 +278,15 @@ impl Shard {
         if why != Cancel::Disconnected {
             self.cx.stats.clients_unblocked += 1;
         }
-        self.end_waiter(waiter, now, ending);
+        let touched = self.end_waiter(waiter, ending);
+        self.serve_all(touched.into_iter().collect(), now);
         true
     }
 
-    /// Removes a parked acquire, answers it as `ending` says, then serves the queue it left.
-    fn end_waiter(&mut self, waiter: WaiterId, now: Nanos, ending: Ending) {
-        let Some((ns, sem)) = self.cx.waiter_at.get(&waiter).cloned() else {
-            return;
-        };
+    /// Removes a parked acquire and answers it as `ending` says. Returns the queue it left,
+    /// which the caller must serve.
+    fn end_waiter(&mut self, waiter: WaiterId, ending: Ending) -> Option<(Name, Name)> {
+        let (ns, sem) = self.cx.waiter_at.get(&waiter).cloned()?;
         let n = self.namespaces.get_mut(&ns).expect("waiter index is exact");
         let s = n.semaphores.get_mut(&sem).expect("waiter index is exact");
         let w = s.queue.remove(&waiter).expect("waiter index is exact");
@@ -237,7 +304,7 @@ impl Shard {
         if let Some(r) = reply {
             self.cx.outbox.push((waiter, r));
         }
-        serve(n, &sem, now, &mut self.cx);
+        Some((ns, sem))
     }
 
     /// Runs one request at `now`. `may_wait` is false inside MULTI: acquires never park there.
@@ -314,10 +381,6 @@ impl Shard {
         self.namespaces.get(ns).ok_or_else(|| ns_missing(ns))
     }
 
-    fn ns_mut(&mut self, ns: &Name) -> Result<&mut Namespace, Error> {
-        self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))
-    }
-
     fn sem(&self, ns: &Name, sem: &Name) -> Result<&Semaphore, Error> {
         self.ns(ns)?
             .semaphores
@@ -351,6 +414,7 @@ impl Shard {
         }
         let n = Namespace::new(ns.clone(), desc, meta, now);
         let reply = view::namespace(&n);
+        self.cx.journal.push(journal::ns_put(&n));
         self.namespaces.insert(ns, n);
         Ok(reply)
     }
@@ -363,17 +427,22 @@ impl Shard {
         desc: Bytes,
         meta: Metadata,
     ) -> Result<Reply, Error> {
-        let n = self.ns_mut(&ns)?;
+        let n = self
+            .namespaces
+            .get_mut(&ns)
+            .ok_or_else(|| ns_missing(&ns))?;
         check_version(version, n.version)?;
         n.description = desc;
         n.metadata = meta;
         n.version += 1;
         n.updated_at = now;
+        self.cx.journal.push(journal::ns_put(n));
         Ok(view::namespace(n))
     }
 
     fn ns_delete(&mut self, _now: Nanos, ns: &Name) -> Reply {
         if let Some(n) = self.namespaces.remove(ns) {
+            self.cx.journal.push(Record::NsDel { name: ns.clone() });
             self.cx.namespace_count.fetch_sub(1, Ordering::AcqRel);
             for lease in n.leases.values() {
                 self.cx
@@ -415,7 +484,10 @@ impl Shard {
         meta: Metadata,
     ) -> Result<Reply, Error> {
         let max = self.cx.limits.max_semaphores_per_namespace;
-        let n = self.ns_mut(&ns)?;
+        let n = self
+            .namespaces
+            .get_mut(&ns)
+            .ok_or_else(|| ns_missing(&ns))?;
         if n.semaphores.contains_key(&sem) {
             return Err(Error::AlreadyExists(format!(
                 "semaphore '{sem}' already exists in namespace '{ns}'"
@@ -428,6 +500,7 @@ impl Shard {
         }
         let s = Semaphore::new(sem.clone(), permits, desc, meta, now);
         let reply = view::semaphore(&s);
+        self.cx.journal.push(journal::sem_put(&ns, &s));
         n.semaphores.insert(sem, s);
         Ok(reply)
     }
@@ -482,7 +555,7 @@ impl Shard {
         s.version += 1;
         s.updated_at = now;
         s.check();
-        let reply = view::semaphore(s);
+        self.cx.journal.push(journal::sem_put(&ns, s));
         // Waiters that can never fit any more end now; the rest may fit now.
         let too_heavy: Vec<WaiterId> = s
             .queue
@@ -491,16 +564,21 @@ impl Shard {
             .map(|(id, _)| *id)
             .collect();
         for w in too_heavy {
-            self.end_waiter(w, now, Ending::Error(weight_exceeds()));
+            self.end_waiter(w, Ending::Error(weight_exceeds()));
         }
         let n = self.namespaces.get_mut(&ns).expect("checked above");
         serve(n, &sem, now, &mut self.cx);
-        Ok(reply)
+        // The reply is the state after the command, woken waiters included (as SEM.RELEASE).
+        Ok(view::semaphore(&n.semaphores[&sem]))
     }
 
     fn sem_delete(&mut self, ns: &Name, sem: &Name) -> Result<Reply, Error> {
         let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
         if let Some(s) = n.semaphores.remove(sem) {
+            self.cx.journal.push(Record::SemDel {
+                ns: ns.clone(),
+                name: sem.clone(),
+            });
             for h in s.holders.values() {
                 if let Some(l) = n.leases.get_mut(&h.lease) {
                     l.holds.retain(|x| x != sem);
@@ -553,16 +631,21 @@ impl Shard {
             )));
         }
         if grantable {
-            let token = grant(s, l, weight, meta, now, &mut self.cx.token_hwm);
+            let token = grant(ns, s, l, weight, meta, now, &mut self.cx);
             self.cx.stats.acquire_acquired += 1;
-            let reply = view::acquire(Outcome::Acquired, s, Some(token));
             if needed < 0 {
                 serve(n, sem, now, &mut self.cx);
             }
-            return Ok(Exec::Reply(reply));
+            // The state after the command: permits a smaller hold freed are handed on already.
+            let s = &n.semaphores[sem];
+            return Ok(Exec::Reply(view::acquire(
+                Outcome::Acquired,
+                s,
+                Some(token),
+            )));
         }
         if timeout == 0 {
-            s.last_activity_at = now;
+            touch(ns, s, now, &mut self.cx.journal);
             self.cx.stats.acquire_unavailable += 1;
             return Ok(Exec::Reply(view::acquire(Outcome::Unavailable, s, None)));
         }
@@ -572,7 +655,7 @@ impl Shard {
                 limits.max_waiters_per_semaphore
             )));
         }
-        s.last_activity_at = now;
+        touch(ns, s, now, &mut self.cx.journal);
         let id = self.cx.next_waiter;
         self.cx.next_waiter += 1;
         let deadline = now.saturating_add(timeout);
@@ -617,6 +700,12 @@ impl Shard {
         }
         l.holds.retain(|x| x != sem);
         s.last_activity_at = now;
+        self.cx.journal.push(Record::HoldDel {
+            ns: ns.clone(),
+            sem: sem.clone(),
+            lease: l.id,
+            at: now,
+        });
         serve(n, sem, now, &mut self.cx);
         Ok(view::semaphore(&n.semaphores[sem]))
     }
@@ -674,6 +763,7 @@ impl Shard {
             waits: Vec::new(),
         };
         let reply = view::lease(&lease);
+        self.cx.journal.push(journal::lease_put(ns, &lease));
         n.leases.insert(id, lease);
         n.lease_order.insert(serial, id);
         self.cx
@@ -715,6 +805,7 @@ impl Shard {
         self.cx.timers.remove(&(l.expires_at, timer.clone()));
         l.expires_at = now.saturating_add(ttl);
         self.cx.timers.insert((l.expires_at, timer));
+        self.cx.journal.push(journal::lease_put(ns, l));
         Ok(view::lease(l))
     }
 
@@ -731,7 +822,9 @@ impl Shard {
         self.cx
             .timers
             .remove(&(n.leases[&id].expires_at, Timer::Lease(ns.clone(), id)));
-        drop_lease(n, &id, now, &mut self.cx);
+        for sem in drop_lease(n, &id, &mut self.cx) {
+            serve(n, &sem, now, &mut self.cx);
+        }
         Ok(Reply::OK)
     }
 }
@@ -761,23 +854,47 @@ fn find_lease(n: &Namespace, lease: Option<LeaseId>) -> Result<&Lease, Error> {
 
 /// Gives `lease` a hold of `weight` on `s`; new holders get the next fencing token.
 fn grant(
+    ns: &Name,
     s: &mut Semaphore,
     lease: &mut Lease,
     weight: Weight,
     meta: Metadata,
     now: Nanos,
-    token_hwm: &mut FencingToken,
+    cx: &mut Cx,
 ) -> FencingToken {
     if !s.by_lease.contains_key(&lease.id) {
         lease.holds.push(s.name.clone());
     }
-    s.set_hold(lease, weight, meta, now, || {
+    let hwm = &mut cx.token_hwm;
+    let token = s.set_hold(lease, weight, meta, now, || {
         // Above every token this shard has issued, and at least the clock: tokens keep rising
         // across delete + re-create, restarts and re-sharding (the high-water mark is carried).
-        let t = (*token_hwm + 1).max(now);
-        *token_hwm = t;
+        let t = (*hwm + 1).max(now);
+        *hwm = t;
         t
-    })
+    });
+    let h = &s.holders[&token];
+    cx.journal.push(Record::HoldSet {
+        ns: ns.clone(),
+        sem: s.name.clone(),
+        lease: lease.id,
+        weight,
+        token,
+        locked_at: h.locked_at,
+        metadata: h.metadata.clone(),
+        at: now,
+    });
+    token
+}
+
+/// Moves `s`'s last_activity_at without a hold changing.
+fn touch(ns: &Name, s: &mut Semaphore, now: Nanos, journal: &mut Vec<Record>) {
+    s.last_activity_at = now;
+    journal.push(Record::Touch {
+        ns: ns.clone(),
+        sem: s.name.clone(),
+        at: now,
+    });
 }
 
 /// Drops a parked acquire's bookkeeping outside its semaphore's queue.
@@ -810,7 +927,7 @@ fn serve(n: &mut Namespace, sem: &Name, now: Nanos, cx: &mut Cx) {
         } else if s.available() >= w.weight - held.unwrap_or(0) {
             let w = s.queue.remove(&id).expect("head exists");
             forget_waiter(cx, Some(&mut *l), id, w.deadline);
-            let token = grant(s, l, w.weight, w.metadata, now, &mut cx.token_hwm);
+            let token = grant(&n.name, s, l, w.weight, w.metadata, now, cx);
             cx.stats.acquire_acquired += 1;
             cx.outbox
                 .push((id, view::acquire(Outcome::Acquired, s, Some(token))));
@@ -824,12 +941,16 @@ fn serve(n: &mut Namespace, sem: &Name, now: Nanos, cx: &mut Cx) {
     }
 }
 
-/// Removes a lease (expired or revoked): its holds are released, its parked acquires end with
-/// NOTFOUND, and the queues of the semaphores it touched move on.
-fn drop_lease(n: &mut Namespace, id: &LeaseId, now: Nanos, cx: &mut Cx) {
+/// Removes a lease (expired or revoked): its holds are released and its parked acquires end
+/// with NOTFOUND. Returns the semaphores it touched, whose queues the caller must serve.
+fn drop_lease(n: &mut Namespace, id: &LeaseId, cx: &mut Cx) -> Vec<Name> {
     let Some(lease) = n.leases.remove(id) else {
-        return;
+        return Vec::new();
     };
+    cx.journal.push(Record::LeaseDel {
+        ns: n.name.clone(),
+        id: *id,
+    });
     n.lease_order.remove(&lease.serial);
     let mut touched: Vec<Name> = Vec::new();
     for w in &lease.waits {
@@ -848,9 +969,7 @@ fn drop_lease(n: &mut Namespace, id: &LeaseId, now: Nanos, cx: &mut Cx) {
     }
     touched.sort();
     touched.dedup();
-    for sem in &touched {
-        serve(n, sem, now, cx);
-    }
+    touched
 }
 
 /// Merges shards' NS.LIST parts into one page in name order.

@@ -22,6 +22,9 @@ pub struct Client {
     pub fd: i32,
     /// The shard thread serving the connection.
     pub shard: usize,
+    /// A duplicate handle of the socket: shutting it down ends the connection's pending read,
+    /// so the hot read path waits on nothing else.
+    sock: socket2::Socket,
     created: Instant,
     /// Milliseconds since `created` of the last command.
     last_active_ms: AtomicU64,
@@ -87,10 +90,16 @@ impl Client {
         self.names.lock().expect("names lock").cmd = cmd;
     }
 
-    /// Asks the connection to close.
+    /// Closes the connection: its pending read ends, and a parked acquire is cancelled.
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
         self.wake.notify_one();
+    }
+
+    /// Ends the connection's reading (shutdown): replies still go out, then it closes.
+    pub fn stop_reading(&self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Read);
     }
 
     /// The `CLIENT LIST` / `CLIENT INFO` line, in Redis's format.
@@ -144,8 +153,15 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Registers a new connection.
-    pub fn add(&self, addr: SocketAddr, laddr: SocketAddr, fd: i32, shard: usize) -> Arc<Client> {
+    /// Registers a new connection; `sock` is a duplicate handle of its socket.
+    pub fn add(
+        &self,
+        addr: SocketAddr,
+        laddr: SocketAddr,
+        sock: socket2::Socket,
+        shard: usize,
+    ) -> Arc<Client> {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let c = Arc::new(Client {
             id,
@@ -153,6 +169,7 @@ impl Registry {
             laddr,
             fd,
             shard,
+            sock,
             created: Instant::now(),
             last_active_ms: AtomicU64::new(0),
             names: Mutex::new(Names {

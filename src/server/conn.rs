@@ -5,10 +5,10 @@
 //! it (as BLPOP does in Redis) while the connection keeps watching its socket, so a client that
 //! goes away is dropped from the queue at once.
 
-use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,7 +17,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::clients::Client;
 use super::info;
-use super::shard::{Done, ShardCtx, ShardMsg};
+use super::shard::{Done, Durable, ShardCtx, ShardMsg};
 use super::Global;
 use crate::command::{self, docs, Cmd, CommandSpec, EngineRequest, KillFilter, Request};
 use crate::engine::page::Page;
@@ -31,11 +31,15 @@ const OUT_FLUSH: usize = 64 * 1024;
 
 /// Serves one accepted connection until it closes.
 pub async fn serve(ctx: Rc<ShardCtx>, stream: TcpStream) {
-    let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
+    let (Ok(addr), Ok(laddr), Ok(dup)) = (
+        stream.peer_addr(),
+        stream.local_addr(),
+        socket2::SockRef::from(&stream).try_clone(),
+    ) else {
         return;
     };
     let g = ctx.global.clone();
-    let client = g.clients.add(addr, laddr, stream.as_raw_fd(), ctx.id);
+    let client = g.clients.add(addr, laddr, dup, ctx.id);
     let mut conn = Conn {
         authed: g.config.requirepass.is_none(),
         shutdown: g.shutdown.subscribe(),
@@ -51,9 +55,11 @@ pub async fn serve(ctx: Rc<ShardCtx>, stream: TcpStream) {
         close: false,
         batch_shard: 0,
         batch: Vec::new(),
+        need: vec![0; g.shards.len()],
     };
     conn.run().await;
     g.clients.remove(client.id);
+    drop(conn);
 }
 
 /// A transaction being queued.
@@ -79,6 +85,8 @@ struct Conn {
     /// Non-blocking requests for shard `batch_shard`, not sent yet.
     batch_shard: usize,
     batch: Vec<EngineRequest>,
+    /// Per shard, the LSN that must be durable before the buffered replies go out.
+    need: Vec<u64>,
 }
 
 /// What a read brought.
@@ -90,7 +98,7 @@ enum Read {
 /// What woke a waiting connection.
 enum Event {
     /// The parked acquire's reply (None: its sender went away).
-    Reply(Option<Reply>),
+    Reply(Option<Durable<Reply>>),
     /// Bytes or end of stream.
     Read(std::io::Result<usize>),
     /// A kill or CLIENT UNBLOCK.
@@ -112,21 +120,29 @@ impl Conn {
         }
     }
 
-    /// Waits for bytes, a kill, or shutdown.
+    /// Waits for bytes or the idle timeout. CLIENT KILL and shutdown end this read by shutting
+    /// the socket down, so the hot path waits on the socket alone (no timer unless `--timeout`).
     async fn read(&mut self) -> Read {
-        loop {
-            let ev = tokio::select! {
-                r = self.stream.read_buf(&mut self.inbuf) => Event::Read(r),
-                _ = self.client.wake.notified() => Event::Wake,
-                _ = self.shutdown.wait_for(|s| *s) => Event::Shutdown,
-            };
-            match ev {
-                Event::Read(Ok(0) | Err(_)) | Event::Shutdown => return Read::Closed,
-                Event::Read(Ok(_)) if self.over_query_limit() => return Read::Closed,
-                Event::Read(Ok(_)) => return Read::Data,
-                Event::Wake if self.client.killed.load(Ordering::Acquire) => return Read::Closed,
-                Event::Wake | Event::Reply(_) => {}
+        if self.client.killed.load(Ordering::Acquire) || self.g.shutting_down() {
+            return Read::Closed;
+        }
+        let r = match self.g.config.timeout {
+            0 => self.stream.read_buf(&mut self.inbuf).await,
+            secs => {
+                let read = self.stream.read_buf(&mut self.inbuf);
+                match tokio::time::timeout(Duration::from_secs(secs), read).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        tracing::debug!(client = self.client.id, "closing idle client");
+                        return Read::Closed;
+                    }
+                }
             }
+        };
+        match r {
+            Ok(0) | Err(_) => Read::Closed,
+            Ok(_) if self.over_query_limit() => Read::Closed,
+            Ok(_) => Read::Data,
         }
     }
 
@@ -147,9 +163,33 @@ impl Conn {
         true
     }
 
+    /// Writes the buffered replies once every change they may show is durable.
     async fn write_out(&mut self) -> std::io::Result<()> {
+        for (shard, need) in self.need.iter_mut().enumerate() {
+            if *need > 0 {
+                let durable = &self.g.durable[shard];
+                if *durable.borrow() < *need {
+                    let target = *need;
+                    let _ = durable.subscribe().wait_for(|d| *d >= target).await;
+                }
+                *need = 0;
+            }
+        }
         if !self.out.is_empty() {
-            self.stream.write_all(&self.out).await?;
+            let limit = self.g.config.client_output_timeout;
+            if limit == 0 {
+                self.stream.write_all(&self.out).await?;
+            } else {
+                tokio::time::timeout(Duration::from_secs(limit), self.stream.write_all(&self.out))
+                    .await
+                    .map_err(|_| {
+                        tracing::warn!(
+                            client = self.client.id,
+                            "closing client that stopped reading its replies"
+                        );
+                        std::io::Error::new(std::io::ErrorKind::TimedOut, "client stopped reading")
+                    })??;
+            }
             self.out.clear();
         }
         Ok(())
@@ -259,7 +299,7 @@ impl Conn {
         if r.may_block() {
             self.flush_batch().await;
             let done = if shard == self.ctx.id {
-                self.ctx.exec(r, true)
+                self.exec_local(r, true)
             } else {
                 match self.remote(shard, vec![r], true).await.pop() {
                     Some(d) => d,
@@ -269,7 +309,7 @@ impl Conn {
             self.finish(shard, done).await;
         } else if shard == self.ctx.id {
             self.flush_batch().await;
-            let done = self.ctx.exec(r, true);
+            let done = self.exec_local(r, true);
             self.finish(shard, done).await;
         } else {
             if !self.batch.is_empty() && self.batch_shard != shard {
@@ -298,7 +338,26 @@ impl Conn {
         }
     }
 
-    async fn remote(&self, shard: usize, reqs: Vec<EngineRequest>, may_wait: bool) -> Vec<Done> {
+    /// Runs a request of this thread's shard inline.
+    fn exec_local(&mut self, r: EngineRequest, may_wait: bool) -> Done {
+        let done = self.ctx.exec(r, may_wait);
+        self.note(self.ctx.id, self.ctx.last_lsn());
+        done
+    }
+
+    /// Records that the buffered replies may show changes up to `lsn` of `shard`.
+    fn note(&mut self, shard: usize, lsn: u64) {
+        let n = &mut self.need[shard];
+        *n = (*n).max(lsn);
+    }
+
+    /// Runs requests on another shard; their replies come back as one message.
+    async fn remote(
+        &mut self,
+        shard: usize,
+        reqs: Vec<EngineRequest>,
+        may_wait: bool,
+    ) -> Vec<Done> {
         let (tx, rx) = oneshot::channel();
         let msg = ShardMsg::Exec {
             reqs,
@@ -308,7 +367,13 @@ impl Conn {
         if self.g.shards[shard].send(msg).is_err() {
             return Vec::new();
         }
-        rx.await.unwrap_or_default()
+        match rx.await {
+            Ok((done, lsn)) => {
+                self.note(shard, lsn);
+                done
+            }
+            Err(_) => Vec::new(),
+        }
     }
 
     async fn finish(&mut self, shard: usize, done: Done) {
@@ -327,7 +392,7 @@ impl Conn {
         &mut self,
         shard: usize,
         id: WaiterId,
-        mut rx: oneshot::Receiver<Reply>,
+        mut rx: oneshot::Receiver<Durable<Reply>>,
     ) -> Option<Reply> {
         if self.write_out().await.is_err() {
             self.cancel(shard, id, Cancel::Disconnected).await;
@@ -343,7 +408,11 @@ impl Conn {
                 _ = self.shutdown.wait_for(|s| *s) => Event::Shutdown,
             };
             let gone = match ev {
-                Event::Reply(r) => break r,
+                Event::Reply(Some((r, lsn))) => {
+                    self.note(shard, lsn);
+                    break Some(r);
+                }
+                Event::Reply(None) => break None,
                 Event::Read(Ok(0) | Err(_)) | Event::Shutdown => true,
                 Event::Read(Ok(_)) => self.over_query_limit(),
                 Event::Wake if self.client.killed.load(Ordering::Acquire) => true,
@@ -424,8 +493,8 @@ impl Conn {
                 parts.push(p);
             }
         }
-        let (counts, stats) = info::sum(&parts);
-        Reply::Verbatim(info::info_text(&self.g, sections, counts, stats).into())
+        let totals = info::sum(&parts);
+        Reply::Verbatim(info::info_text(&self.g, sections, totals).into())
     }
 
     async fn multi_start(&mut self) {
@@ -503,7 +572,11 @@ impl Conn {
         }
         let n_engine = engine_reqs.len();
         let mut engine_done = match shard {
-            Some(s) if s == self.ctx.id => self.ctx.exec_batch(engine_reqs, false),
+            Some(s) if s == self.ctx.id => {
+                let done = self.ctx.exec_batch(engine_reqs, false);
+                self.note(s, self.ctx.last_lsn());
+                done
+            }
             Some(s) => self.remote(s, engine_reqs, false).await,
             None => Vec::new(),
         }

@@ -6,6 +6,18 @@ use bytes::Bytes;
 
 use super::Global;
 use crate::engine::{Counts, Stats};
+use crate::persist::PersistStats;
+
+/// Every shard's INFO figures added up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    /// Sizes.
+    pub counts: Counts,
+    /// Counters.
+    pub stats: Stats,
+    /// Persistence: sums of sizes and counts, the latest times, the longest durations.
+    pub persist: PersistStats,
+}
 use crate::protocol::{Proto, Reply};
 
 /// The Redis version permitd is compatible with (clients check `redis_version`).
@@ -14,11 +26,18 @@ pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
 /// permitd's own version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Sums shards' counters.
-pub fn sum(parts: &[(Counts, Stats)]) -> (Counts, Stats) {
+/// Adds up the shards' figures.
+pub fn sum(parts: &[(Counts, Stats, PersistStats)]) -> Totals {
     let mut c = Counts::default();
     let mut s = Stats::default();
-    for (pc, ps) in parts {
+    let mut p = PersistStats::default();
+    for (pc, ps, pp) in parts {
+        p.last_fsync_at = p.last_fsync_at.max(pp.last_fsync_at);
+        p.fsyncs += pp.fsyncs;
+        p.log_bytes += pp.log_bytes;
+        p.snapshots += pp.snapshots;
+        p.last_snapshot_us = p.last_snapshot_us.max(pp.last_snapshot_us);
+        p.last_snapshot_pause_us = p.last_snapshot_pause_us.max(pp.last_snapshot_pause_us);
         c.namespaces += pc.namespaces;
         c.semaphores += pc.semaphores;
         c.leases += pc.leases;
@@ -30,7 +49,11 @@ pub fn sum(parts: &[(Counts, Stats)]) -> (Counts, Stats) {
         s.leases_expired += ps.leases_expired;
         s.clients_unblocked += ps.clients_unblocked;
     }
-    (c, s)
+    Totals {
+        counts: c,
+        stats: s,
+        persist: p,
+    }
 }
 
 fn rss_bytes() -> u64 {
@@ -52,7 +75,7 @@ const SECTIONS: &[&str] = &[
 ];
 
 /// The INFO text for the asked sections (`default`, `all`, `everything` or names).
-pub fn info_text(g: &Global, asked: &[Bytes], counts: Counts, stats: Stats) -> String {
+pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
     let wanted: Vec<String> = asked
         .iter()
         .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
@@ -72,14 +95,15 @@ pub fn info_text(g: &Global, asked: &[Bytes], counts: Counts, stats: Stats) -> S
         let mut title = section.to_string();
         title[..1].make_ascii_uppercase();
         out.push_str(&format!("# {title}\r\n"));
-        for (k, v) in section_fields(g, section, counts, stats) {
+        for (k, v) in section_fields(g, section, &totals) {
             out.push_str(&format!("{k}:{v}\r\n"));
         }
     }
     out
 }
 
-fn section_fields(g: &Global, section: &str, c: Counts, s: Stats) -> Vec<(&'static str, String)> {
+fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, String)> {
+    let (c, s, p) = (t.counts, t.stats, t.persist);
     let uptime = g.started.elapsed().as_secs();
     match section {
         "server" => vec![
@@ -115,8 +139,18 @@ fn section_fields(g: &Global, section: &str, c: Counts, s: Stats) -> Vec<(&'stat
             ("loading", "0".into()),
             ("async_loading", "0".into()),
             ("rdb_bgsave_in_progress", "0".into()),
-            ("aof_enabled", "0".into()),
+            ("aof_enabled", "1".into()),
             ("aof_rewrite_in_progress", "0".into()),
+            ("fsync_policy", g.config.fsync.as_str().into()),
+            ("log_bytes", p.log_bytes.to_string()),
+            ("fsyncs", p.fsyncs.to_string()),
+            ("last_fsync_at", p.last_fsync_at.to_string()),
+            ("snapshots", p.snapshots.to_string()),
+            ("last_snapshot_duration_us", p.last_snapshot_us.to_string()),
+            (
+                "last_snapshot_pause_us",
+                p.last_snapshot_pause_us.to_string(),
+            ),
         ],
         "stats" => vec![
             (

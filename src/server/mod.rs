@@ -40,18 +40,23 @@ pub struct Global {
     pub total_commands: AtomicU64,
     /// The port listened on.
     pub port: u16,
-    hasher: ahash::RandomState,
+    /// Per shard: the LSN up to which its log is durable (under `--fsync always`: on disk).
+    pub durable: Vec<watch::Sender<u64>>,
 }
 
 impl Global {
     /// The shard owning namespace `ns`.
     pub fn shard_of(&self, ns: &Name) -> usize {
-        (self.hasher.hash_one(ns.bytes().as_ref()) % self.shards.len() as u64) as usize
+        crate::persist::shard_for(ns, self.shards.len())
     }
 
-    /// Starts a graceful shutdown.
+    /// Starts a graceful shutdown: no new connections, and every connection stops reading,
+    /// writes the replies it owes, and closes.
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
+        for c in self.clients.all() {
+            c.stop_reading();
+        }
     }
 
     /// Whether the server is shutting down.
@@ -74,6 +79,19 @@ pub fn run(config: Config) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
     let n = config.shard_count();
+    let started = Instant::now();
+    let loaded = crate::persist::load(&config.dir, n, config.repair_log).map_err(|e| {
+        std::io::Error::other(format!(
+            "cannot load the data in {}: {e}",
+            config.dir.display()
+        ))
+    })?;
+    tracing::info!(
+        dir = %config.dir.display(),
+        replayed = loaded.replayed,
+        ms = started.elapsed().as_millis() as u64,
+        "DB loaded from disk"
+    );
     let mut inboxes = Vec::with_capacity(n);
     let mut senders = Vec::with_capacity(n);
     for _ in 0..n {
@@ -92,12 +110,17 @@ pub fn run(config: Config) -> std::io::Result<()> {
         namespace_count: Arc::new(AtomicUsize::new(0)),
         total_commands: AtomicU64::new(0),
         port: local.port(),
-        // Fixed seeds: a namespace's shard is the same in every run with the same shard count.
-        hasher: ahash::RandomState::with_seeds(0x7065, 0x726d, 0x6974, 0x64),
+        durable: (0..n).map(|_| watch::channel(0).0).collect(),
     });
     let mut threads = Vec::with_capacity(n);
-    for (id, rx) in inboxes.into_iter().enumerate() {
-        threads.push(shard::spawn(id, global.clone(), rx)?);
+    for ((id, rx), state) in inboxes.into_iter().enumerate().zip(loaded.shards) {
+        let store = crate::persist::Store::open(
+            &loaded.gen_dir,
+            id,
+            global.config.fsync,
+            global.config.snapshot_threshold,
+        )?;
+        threads.push(shard::spawn(id, global.clone(), rx, state, store)?);
     }
     tracing::info!(addr = %local, shards = n, "Ready to accept connections");
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -143,6 +166,11 @@ async fn accept_loop(global: Arc<Global>, listener: std::net::TcpListener) -> st
                     continue;
                 }
                 let _ = stream.set_nodelay(true);
+                if global.config.tcp_keepalive > 0 {
+                    let every = std::time::Duration::from_secs(global.config.tcp_keepalive);
+                    let ka = socket2::TcpKeepalive::new().with_time(every).with_interval(every);
+                    let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&ka);
+                }
                 tracing::debug!(%peer, "accepted");
                 match stream.into_std() {
                     Ok(std_stream) => {

@@ -5,7 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -15,7 +15,11 @@ use crate::engine::page::{Page, PageOf};
 use crate::engine::state::FastMap;
 use crate::engine::types::{Name, Nanos};
 use crate::engine::{Cancel, Counts, Exec, Shard, Stats, WaiterId};
+use crate::persist::{self, Fsync, PersistStats, ShardState, Store};
 use crate::protocol::Reply;
+
+/// A reply with the LSN its client must see durable before it is written.
+pub type Durable<T> = (T, u64);
 
 /// The result of one engine request run by a shard.
 #[derive(Debug)]
@@ -23,7 +27,7 @@ pub enum Done {
     /// Answered.
     Reply(Reply),
     /// Parked: the reply comes on the receiver; the id cancels it.
-    Parked(oneshot::Receiver<Reply>, WaiterId),
+    Parked(oneshot::Receiver<Durable<Reply>>, WaiterId),
 }
 
 /// Messages a shard thread accepts.
@@ -37,8 +41,8 @@ pub enum ShardMsg {
         reqs: Vec<EngineRequest>,
         /// False inside MULTI: acquires never wait.
         may_wait: bool,
-        /// Results, one per request run.
-        reply: oneshot::Sender<Vec<Done>>,
+        /// Results, one per request run, and the LSN they need durable.
+        reply: oneshot::Sender<Durable<Vec<Done>>>,
     },
     /// Take a parked acquire out of its queue.
     Cancel {
@@ -59,7 +63,7 @@ pub enum ShardMsg {
     /// Counters and sizes for INFO.
     Info {
         /// Answer.
-        reply: oneshot::Sender<(Counts, Stats)>,
+        reply: oneshot::Sender<(Counts, Stats, PersistStats)>,
     },
 }
 
@@ -70,8 +74,10 @@ pub struct ShardCtx {
     /// Server-wide state.
     pub global: Arc<Global>,
     engine: RefCell<Shard>,
-    parked: RefCell<FastMap<WaiterId, oneshot::Sender<Reply>>>,
+    store: RefCell<Store>,
+    parked: RefCell<FastMap<WaiterId, oneshot::Sender<Durable<Reply>>>>,
     timer_wake: Notify,
+    flush_wake: Notify,
     /// The deadline the timer task sleeps until (None: no deadline).
     scheduled: Cell<Option<Nanos>>,
     last_now: Cell<Nanos>,
@@ -85,14 +91,21 @@ pub fn wall_nanos() -> Nanos {
 }
 
 impl ShardCtx {
-    fn new(id: usize, global: Arc<Global>) -> ShardCtx {
-        let engine = Shard::new(global.limits.clone(), global.namespace_count.clone());
+    fn new(id: usize, global: Arc<Global>, state: ShardState, store: Store) -> ShardCtx {
+        let engine = Shard::restore(
+            global.limits.clone(),
+            global.namespace_count.clone(),
+            state.namespaces,
+            state.hwm,
+        );
         ShardCtx {
             id,
             global,
             engine: RefCell::new(engine),
+            store: RefCell::new(store),
             parked: RefCell::new(FastMap::default()),
             timer_wake: Notify::new(),
+            flush_wake: Notify::new(),
             scheduled: Cell::new(None),
             last_now: Cell::new(0),
         }
@@ -146,15 +159,37 @@ impl ShardCtx {
         was
     }
 
-    /// Delivers the engine's replies to parked clients and re-arms the timer if needed.
+    /// LSN of the last change this shard made: a reply written after it is durable shows no
+    /// state that a crash could take back.
+    pub fn last_lsn(&self) -> u64 {
+        self.store.borrow().last_lsn()
+    }
+
+    /// Journals the engine's changes, delivers its replies to parked clients, and re-arms the
+    /// timer if needed.
     fn settle(&self) {
-        let outbox = self.engine.borrow_mut().take_outbox();
+        let (outbox, journal) = {
+            let mut engine = self.engine.borrow_mut();
+            (engine.take_outbox(), engine.take_journal())
+        };
+        let lsn = if journal.is_empty() {
+            self.last_lsn()
+        } else {
+            let mut store = self.store.borrow_mut();
+            let lsn = store.append(journal);
+            if store.policy != Fsync::Always {
+                // Not waited for: replies go out at once, the flusher writes behind them.
+                self.global.durable[self.id].send_replace(lsn);
+            }
+            self.flush_wake.notify_one();
+            lsn
+        };
         if !outbox.is_empty() {
             let mut parked = self.parked.borrow_mut();
             for (id, reply) in outbox {
                 if let Some(tx) = parked.remove(&id) {
                     // A client that left meanwhile drops the reply; the engine moved on.
-                    let _ = tx.send(reply);
+                    let _ = tx.send((reply, lsn));
                 }
             }
         }
@@ -203,7 +238,8 @@ impl ShardCtx {
                 may_wait,
                 reply,
             } => {
-                let _ = reply.send(self.exec_batch(reqs, may_wait));
+                let done = self.exec_batch(reqs, may_wait);
+                let _ = reply.send((done, self.last_lsn()));
             }
             ShardMsg::Cancel { waiter, why, reply } => {
                 let _ = reply.send(self.cancel(waiter, why));
@@ -220,7 +256,7 @@ impl ShardCtx {
                 let now = self.now();
                 let mut engine = self.engine.borrow_mut();
                 engine.advance(now);
-                let _ = reply.send((engine.counts(), engine.stats()));
+                let _ = reply.send((engine.counts(), engine.stats(), self.store.borrow().stats));
                 drop(engine);
                 self.settle();
             }
@@ -228,11 +264,124 @@ impl ShardCtx {
     }
 }
 
+impl ShardCtx {
+    /// Writes the log behind the commands: each pass takes every record framed since the last
+    /// one and writes it with one write (and one fdatasync under `always`): group commit.
+    async fn flush_loop(self: Rc<Self>) {
+        loop {
+            if !self.store.borrow().has_pending() {
+                self.flush_wake.notified().await;
+                continue;
+            }
+            self.flush_once().await;
+            if self.store.borrow().wants_snapshot() {
+                self.snapshot().await;
+            }
+        }
+    }
+
+    async fn flush_once(&self) {
+        let (batch, file, policy) = {
+            let mut store = self.store.borrow_mut();
+            (store.take(), store.file(), store.policy)
+        };
+        let sync = policy == Fsync::Always;
+        let len = batch.bytes.len() as u64;
+        let bytes = batch.bytes;
+        let res =
+            tokio::task::spawn_blocking(move || persist::write_batch(&file, &bytes, sync)).await;
+        fatal_if_failed(res, "write the log");
+        let mut store = self.store.borrow_mut();
+        store.stats.log_bytes += len;
+        if sync {
+            store.stats.fsyncs += 1;
+            store.stats.last_fsync_at = wall_nanos();
+            self.global.durable[self.id].send_replace(batch.lsn);
+        }
+    }
+
+    /// Replaces the log by a snapshot of the shard's state. The shard pauses only while its
+    /// state is serialized; writing and syncing happen on a blocking thread.
+    async fn snapshot(&self) {
+        let started = Instant::now();
+        self.settle();
+        let (bytes, lsn) = {
+            let engine = self.engine.borrow();
+            let (namespaces, hwm) = engine.state();
+            let lsn = self.last_lsn();
+            (persist::snapshot::encode(namespaces, hwm, lsn), lsn)
+        };
+        let pause = started.elapsed();
+        let (path, file) = {
+            let mut store = self.store.borrow_mut();
+            // Everything pending is inside the snapshot.
+            let _ = store.take();
+            (store.snapshot_path(), store.file())
+        };
+        let size = bytes.len();
+        let res =
+            tokio::task::spawn_blocking(move || persist::install_snapshot(&path, &bytes, &file))
+                .await;
+        fatal_if_failed(res, "write a snapshot");
+        let mut store = self.store.borrow_mut();
+        store.stats.log_bytes = 0;
+        store.stats.snapshots += 1;
+        store.stats.last_snapshot_us = started.elapsed().as_micros() as u64;
+        store.stats.last_snapshot_pause_us = pause.as_micros() as u64;
+        store.stats.last_fsync_at = wall_nanos();
+        self.global.durable[self.id].send_replace(lsn);
+        tracing::info!(
+            shard = self.id,
+            bytes = size,
+            pause_us = pause.as_micros() as u64,
+            total_us = started.elapsed().as_micros() as u64,
+            "snapshot written"
+        );
+    }
+
+    /// Under `everysec`, syncs the log about once a second.
+    async fn everysec_loop(self: Rc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let file = self.store.borrow().file();
+            let res = tokio::task::spawn_blocking(move || file.sync_data()).await;
+            fatal_if_failed(res, "sync the log");
+            let mut store = self.store.borrow_mut();
+            store.stats.fsyncs += 1;
+            store.stats.last_fsync_at = wall_nanos();
+        }
+    }
+
+    /// Writes and syncs whatever is pending (at shutdown).
+    fn final_flush(&self) {
+        self.settle();
+        let mut store = self.store.borrow_mut();
+        let batch = store.take();
+        if let Err(e) = persist::write_batch(&store.file(), &batch.bytes, true) {
+            tracing::error!(shard = self.id, error = %e, "could not flush the log at shutdown");
+        }
+    }
+}
+
+/// A failed log write cannot be acknowledged: stop rather than answer as if it had succeeded.
+fn fatal_if_failed(res: Result<std::io::Result<()>, tokio::task::JoinError>, what: &str) {
+    let err = match res {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::error!(error = %err, "could not {what}; stopping so that no unsaved change is acknowledged");
+    std::process::exit(1);
+}
+
 /// Starts shard thread `id`; it runs until the server shuts down.
 pub fn spawn(
     id: usize,
     global: Arc<Global>,
     mut rx: mpsc::UnboundedReceiver<ShardMsg>,
+    state: ShardState,
+    store: Store,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("shard-{id}"))
@@ -243,8 +392,13 @@ pub fn spawn(
                 .expect("a tokio runtime");
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
-                let ctx = Rc::new(ShardCtx::new(id, global.clone()));
+                let policy = store.policy;
+                let ctx = Rc::new(ShardCtx::new(id, global.clone(), state, store));
                 tokio::task::spawn_local(ctx.clone().timer_loop());
+                tokio::task::spawn_local(ctx.clone().flush_loop());
+                if policy == Fsync::Everysec {
+                    tokio::task::spawn_local(ctx.clone().everysec_loop());
+                }
                 let mut shutdown = global.shutdown.subscribe();
                 loop {
                     tokio::select! {
@@ -265,6 +419,7 @@ pub fn spawn(
                     }
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
+                ctx.final_flush();
             });
         })
 }

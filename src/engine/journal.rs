@@ -1,0 +1,348 @@
+//! State-change records: what the engine journals for durability, and how replay applies them.
+//!
+//! A record states a result ("this holder now has weight 3 and token 17"), never a command to
+//! re-run, so replay needs no clock and gives the same state every time.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use super::state::{Lease, Namespace, Semaphore};
+use super::types::{FencingToken, LeaseId, Metadata, Name, Nanos, Weight};
+
+/// One state change.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// A namespace was created or updated (all its own fields).
+    NsPut {
+        /// Name.
+        name: Name,
+        /// Description.
+        description: Bytes,
+        /// Metadata.
+        metadata: Metadata,
+        /// Version.
+        version: i64,
+        /// Creation time.
+        created_at: Nanos,
+        /// Update time.
+        updated_at: Nanos,
+    },
+    /// A namespace and all inside it were deleted.
+    NsDel {
+        /// Name.
+        name: Name,
+    },
+    /// A semaphore was created or updated (its own fields; holders unchanged).
+    SemPut {
+        /// Namespace.
+        ns: Name,
+        /// Name.
+        name: Name,
+        /// Description.
+        description: Bytes,
+        /// Metadata.
+        metadata: Metadata,
+        /// Total permits.
+        permits: Weight,
+        /// Version.
+        version: i64,
+        /// Creation time.
+        created_at: Nanos,
+        /// Update time.
+        updated_at: Nanos,
+        /// Last activity.
+        last_activity_at: Nanos,
+    },
+    /// A semaphore and its holders were deleted.
+    SemDel {
+        /// Namespace.
+        ns: Name,
+        /// Name.
+        name: Name,
+    },
+    /// A lease was created or refreshed.
+    LeasePut {
+        /// Namespace.
+        ns: Name,
+        /// Id.
+        id: LeaseId,
+        /// Creation order.
+        serial: u64,
+        /// Owner process.
+        process_id: Bytes,
+        /// Creation time.
+        created_at: Nanos,
+        /// Death time.
+        expires_at: Nanos,
+        /// Metadata.
+        metadata: Metadata,
+    },
+    /// A lease ended (revoked or expired), with all its holds.
+    LeaseDel {
+        /// Namespace.
+        ns: Name,
+        /// Id.
+        id: LeaseId,
+    },
+    /// A lease's hold on a semaphore was set (new or changed).
+    HoldSet {
+        /// Namespace.
+        ns: Name,
+        /// Semaphore.
+        sem: Name,
+        /// Lease.
+        lease: LeaseId,
+        /// Weight held.
+        weight: Weight,
+        /// Fencing token.
+        token: FencingToken,
+        /// First acquisition time.
+        locked_at: Nanos,
+        /// Holder metadata.
+        metadata: Metadata,
+        /// The semaphore's last_activity_at after the change.
+        at: Nanos,
+    },
+    /// A lease's hold on a semaphore was released.
+    HoldDel {
+        /// Namespace.
+        ns: Name,
+        /// Semaphore.
+        sem: Name,
+        /// Lease.
+        lease: LeaseId,
+        /// The semaphore's last_activity_at after the change.
+        at: Nanos,
+    },
+    /// A semaphore's last_activity_at moved without a hold changing (an acquire that did not
+    /// get permits at once).
+    Touch {
+        /// Namespace.
+        ns: Name,
+        /// Semaphore.
+        sem: Name,
+        /// New last_activity_at.
+        at: Nanos,
+    },
+}
+
+/// Records of the current state of `n` (used for snapshots and their tests).
+pub fn namespace_records(n: &Namespace, out: &mut Vec<Record>) {
+    out.push(ns_put(n));
+    for l in n.lease_order.values().map(|id| &n.leases[id]) {
+        out.push(lease_put(&n.name, l));
+    }
+    for s in n.semaphores.values() {
+        out.push(sem_put(&n.name, s));
+        for (token, h) in &s.holders {
+            out.push(Record::HoldSet {
+                ns: n.name.clone(),
+                sem: s.name.clone(),
+                lease: h.lease,
+                weight: h.weight,
+                token: *token,
+                locked_at: h.locked_at,
+                metadata: h.metadata.clone(),
+                at: s.last_activity_at,
+            });
+        }
+    }
+}
+
+/// The NsPut record of a namespace's own fields.
+pub fn ns_put(n: &Namespace) -> Record {
+    Record::NsPut {
+        name: n.name.clone(),
+        description: n.description.clone(),
+        metadata: n.metadata.clone(),
+        version: n.version,
+        created_at: n.created_at,
+        updated_at: n.updated_at,
+    }
+}
+
+/// The SemPut record of a semaphore's current fields.
+pub fn sem_put(ns: &Name, s: &Semaphore) -> Record {
+    Record::SemPut {
+        ns: ns.clone(),
+        name: s.name.clone(),
+        description: s.description.clone(),
+        metadata: s.metadata.clone(),
+        permits: s.permits,
+        version: s.version,
+        created_at: s.created_at,
+        updated_at: s.updated_at,
+        last_activity_at: s.last_activity_at,
+    }
+}
+
+/// The LeasePut record of a lease's current fields.
+pub fn lease_put(ns: &Name, l: &Lease) -> Record {
+    Record::LeasePut {
+        ns: ns.clone(),
+        id: l.id,
+        serial: l.serial,
+        process_id: l.process_id.clone(),
+        created_at: l.created_at,
+        expires_at: l.expires_at,
+        metadata: l.metadata.clone(),
+    }
+}
+
+/// Why a record could not be applied: the log disagrees with itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayError(pub String);
+
+/// Applies one record to a shard's namespaces; `hwm` tracks the highest fencing token seen.
+pub fn apply(
+    nss: &mut BTreeMap<Name, Namespace>,
+    hwm: &mut FencingToken,
+    rec: Record,
+) -> Result<(), ReplayError> {
+    let missing = |what: &str| ReplayError(format!("record refers to a missing {what}"));
+    match rec {
+        Record::NsPut {
+            name,
+            description,
+            metadata,
+            version,
+            created_at,
+            updated_at,
+        } => {
+            let n = nss.entry(name.clone()).or_insert_with(|| {
+                Namespace::new(name, Bytes::new(), Metadata::default(), created_at)
+            });
+            n.description = description;
+            n.metadata = metadata;
+            n.version = version;
+            n.created_at = created_at;
+            n.updated_at = updated_at;
+        }
+        Record::NsDel { name } => {
+            nss.remove(&name);
+        }
+        Record::SemPut {
+            ns,
+            name,
+            description,
+            metadata,
+            permits,
+            version,
+            created_at,
+            updated_at,
+            last_activity_at,
+        } => {
+            let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
+            let s = n.semaphores.entry(name.clone()).or_insert_with(|| {
+                Semaphore::new(name, permits, Bytes::new(), Metadata::default(), created_at)
+            });
+            s.description = description;
+            s.metadata = metadata;
+            s.permits = permits;
+            s.version = version;
+            s.created_at = created_at;
+            s.updated_at = updated_at;
+            s.last_activity_at = last_activity_at;
+        }
+        Record::SemDel { ns, name } => {
+            let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
+            if let Some(s) = n.semaphores.remove(&name) {
+                for h in s.holders.values() {
+                    if let Some(l) = n.leases.get_mut(&h.lease) {
+                        l.holds.retain(|x| *x != name);
+                    }
+                }
+            }
+        }
+        Record::LeasePut {
+            ns,
+            id,
+            serial,
+            process_id,
+            created_at,
+            expires_at,
+            metadata,
+        } => {
+            let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
+            n.next_lease_serial = n.next_lease_serial.max(serial + 1);
+            match n.leases.get_mut(&id) {
+                Some(l) => l.expires_at = expires_at,
+                None => {
+                    n.lease_order.insert(serial, id);
+                    n.leases.insert(
+                        id,
+                        Lease {
+                            id,
+                            serial,
+                            process_id,
+                            created_at,
+                            expires_at,
+                            metadata,
+                            holds: Vec::new(),
+                            waits: Vec::new(),
+                        },
+                    );
+                }
+            }
+        }
+        Record::LeaseDel { ns, id } => {
+            let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
+            if let Some(l) = n.leases.remove(&id) {
+                n.lease_order.remove(&l.serial);
+                for sem in &l.holds {
+                    if let Some(s) = n.semaphores.get_mut(sem) {
+                        s.remove_hold(&id);
+                    }
+                }
+            }
+        }
+        Record::HoldSet {
+            ns,
+            sem,
+            lease,
+            weight,
+            token,
+            locked_at,
+            metadata,
+            at,
+        } => {
+            *hwm = (*hwm).max(token);
+            let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
+            let s = n
+                .semaphores
+                .get_mut(&sem)
+                .ok_or_else(|| missing("semaphore"))?;
+            let l = n.leases.get_mut(&lease).ok_or_else(|| missing("lease"))?;
+            if !s.by_lease.contains_key(&lease) {
+                l.holds.push(sem.clone());
+            }
+            s.set_hold(l, weight, metadata, locked_at, || token);
+            if let Some(h) = s.holders.get_mut(&token) {
+                h.locked_at = locked_at;
+            }
+            s.last_activity_at = at;
+        }
+        Record::HoldDel { ns, sem, lease, at } => {
+            let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
+            let s = n
+                .semaphores
+                .get_mut(&sem)
+                .ok_or_else(|| missing("semaphore"))?;
+            s.remove_hold(&lease);
+            s.last_activity_at = at;
+            if let Some(l) = n.leases.get_mut(&lease) {
+                l.holds.retain(|x| *x != sem);
+            }
+        }
+        Record::Touch { ns, sem, at } => {
+            let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
+            let s = n
+                .semaphores
+                .get_mut(&sem)
+                .ok_or_else(|| missing("semaphore"))?;
+            s.last_activity_at = at;
+        }
+    }
+    Ok(())
+}
