@@ -1,0 +1,616 @@
+//! Shared harness for the integration tests: starts the real `permitd` binary on a free
+//! loopback port with its own data directory, and gives tests real clients for it (the `redis`
+//! crate, and raw TCP sockets for wire-level checks).
+//!
+//! Each test file includes it with `mod common;`. Not every file uses every helper, hence the
+//! `dead_code` allowance below.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::Value;
+
+/// How long a server may take to answer its first PING after being spawned.
+pub const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Read timeout given to the clients handed out here, so a server that never answers fails the
+/// test instead of hanging it.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A running `permitd` process with its own temp directory; killed and removed on drop.
+pub struct Server {
+    child: Option<Child>,
+    port: u16,
+    root: PathBuf,
+    dir: PathBuf,
+    log: PathBuf,
+    extra: Vec<String>,
+}
+
+impl Server {
+    /// Starts a server with the default options (`--shards 2`).
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Starts a server with extra command-line options after the harness's own
+    /// (`--bind 127.0.0.1 --port P --dir D --shards 2`; pass `--shards N` to override the count).
+    pub fn start_with(args: &[&str]) -> Server {
+        let root = unique_temp_dir();
+        let dir = root.join("data");
+        fs::create_dir_all(&dir).expect("create server data dir");
+        let log = root.join("permitd.log");
+        let mut server = Server {
+            child: None,
+            port: 0,
+            root,
+            dir,
+            log,
+            extra: args.iter().map(|s| s.to_string()).collect(),
+        };
+        // The free port is found by binding and dropping a listener, so another process may
+        // take it before the server binds it: retry with a new port if the server dies early.
+        let mut last_err = String::new();
+        for _ in 0..3 {
+            server.port = free_port();
+            match server.spawn_and_wait() {
+                Ok(()) => return server,
+                Err(e) => last_err = e,
+            }
+        }
+        panic!(
+            "permitd did not start: {last_err}\n--- server log ---\n{}",
+            server.log_tail(60)
+        );
+    }
+
+    /// The TCP port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// `redis://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's data directory (`--dir`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Whether the server process is still alive (not exited, not killed).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// The server's resident memory (VmRSS from /proc), in KiB.
+    pub fn rss_kb(&self) -> u64 {
+        let pid = self.pid().expect("server is not running");
+        let status =
+            fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+
+    /// Everything the server has logged (stderr) so far, across restarts.
+    pub fn log_contents(&self) -> String {
+        fs::read(&self.log)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The last `n` lines of the server's log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let all = self.log_contents();
+        let lines: Vec<&str> = all.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Kills the server with SIGKILL (no chance to flush anything) and reaps it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Asks the server to stop with SIGTERM and waits up to `timeout` for it to exit; returns
+    /// whether it exited by itself (it is SIGKILLed otherwise).
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    /// Starts the server again on the same port and data directory (SIGKILLing it first if it
+    /// still runs), and waits until it answers.
+    pub fn restart(&mut self) {
+        self.kill9();
+        // The port was just released; a few tries cover a slow release.
+        let mut last_err = String::new();
+        for _ in 0..3 {
+            match self.spawn_and_wait() {
+                Ok(()) => return,
+                Err(e) => {
+                    last_err = e;
+                    thread::sleep(Duration::from_millis(300));
+                }
+            }
+        }
+        panic!(
+            "permitd did not restart: {last_err}\n--- server log ---\n{}",
+            self.log_tail(60)
+        );
+    }
+
+    /// A `redis` crate client for this server (RESP2, no password).
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("redis client")
+    }
+
+    /// A synchronous connection (RESP2) with a read timeout.
+    pub fn conn(&self) -> redis::Connection {
+        connect_url(&self.url())
+    }
+
+    /// A synchronous connection that negotiated RESP3 (`?protocol=resp3`).
+    pub fn conn_resp3(&self) -> redis::Connection {
+        connect_url(&format!("{}/?protocol=resp3", self.url()))
+    }
+
+    /// An async multiplexed connection (tokio); `resp3` picks the protocol.
+    pub async fn async_conn(&self, resp3: bool) -> redis::aio::MultiplexedConnection {
+        let url = if resp3 {
+            format!("{}/?protocol=resp3", self.url())
+        } else {
+            self.url()
+        };
+        redis::Client::open(url)
+            .expect("redis client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("async connection")
+    }
+
+    /// A raw TCP connection with read/write timeouts.
+    pub fn raw(&self) -> RawConn {
+        RawConn::connect(self.addr())
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let stderr = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("open log: {e}"))?;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_permitd"));
+        cmd.arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--dir")
+            .arg(&self.dir);
+        if !self.extra.iter().any(|a| a == "--shards") {
+            cmd.arg("--shards").arg("2");
+        }
+        cmd.args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr));
+        let child = cmd.spawn().map_err(|e| format!("spawn permitd: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(format!("permitd exited early with {status}"));
+            }
+            if ping_once(self.addr()) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.kill9();
+                return Err(format!(
+                    "no answer to PING on port {} within {START_TIMEOUT:?}",
+                    self.port
+                ));
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        if thread::panicking() {
+            eprintln!(
+                "--- permitd log (last lines, {}) ---\n{}",
+                self.log.display(),
+                self.log_tail(40)
+            );
+        }
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// A new, empty directory under the system temp dir, unique to this process and call.
+pub fn unique_temp_dir() -> PathBuf {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let p = std::env::temp_dir().join(format!(
+        "permitd-test-{}-{}-{}",
+        std::process::id(),
+        n,
+        nanos
+    ));
+    fs::create_dir_all(&p).expect("create temp dir");
+    p
+}
+
+/// One PING over a fresh connection; true when the server answered (`+PONG`, or `-NOAUTH` when a
+/// password is configured).
+fn ping_once(addr: SocketAddr) -> bool {
+    let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+    let mut w = &s;
+    if w.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
+        return false;
+    }
+    let mut line = String::new();
+    match BufReader::new(&s).read_line(&mut line) {
+        Ok(_) => line.starts_with("+PONG") || line.starts_with("-NOAUTH"),
+        Err(_) => false,
+    }
+}
+
+/// A synchronous `redis` connection for `url`, with read/write timeouts.
+pub fn connect_url(url: &str) -> redis::Connection {
+    let con = redis::Client::open(url)
+        .expect("redis client")
+        .get_connection_with_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    con.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+    con.set_write_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+    con
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading replies from the `redis` crate.
+// ---------------------------------------------------------------------------------------------
+
+/// An error as the user sees it: `CODE detail` (e.g. `ERR unknown command ...`, `NOTFOUND ...`).
+pub fn err_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    }
+}
+
+/// Text of a string-like reply (bulk, simple, verbatim, `OK`).
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::Okay => "OK".to_string(),
+        other => panic!("expected a string reply, got {other:?}"),
+    }
+}
+
+/// An integer reply.
+pub fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        other => panic!("expected an integer reply, got {other:?}"),
+    }
+}
+
+/// The items of an array or set reply.
+pub fn items(v: &Value) -> Vec<Value> {
+    match v {
+        Value::Array(a) | Value::Set(a) => a.clone(),
+        other => panic!("expected an array reply, got {other:?}"),
+    }
+}
+
+/// Whether a reply is an entity under either protocol: a RESP3 map or a RESP2 flat array of
+/// field/value pairs.
+pub fn is_map_like(v: &Value) -> bool {
+    match v {
+        Value::Map(_) => true,
+        Value::Array(a) => a.len() % 2 == 0,
+        _ => false,
+    }
+}
+
+/// The fields of an entity reply, in order: a RESP3 map or a RESP2 flat array
+/// `[field, value, ...]`.
+pub fn fields(v: &Value) -> Vec<(String, Value)> {
+    match v {
+        Value::Map(m) => m.iter().map(|(k, v)| (text(k), v.clone())).collect(),
+        Value::Array(a) => {
+            assert!(
+                a.len() % 2 == 0,
+                "expected a flat field/value array, got odd length: {v:?}"
+            );
+            a.chunks(2).map(|p| (text(&p[0]), p[1].clone())).collect()
+        }
+        other => panic!("expected a map reply, got {other:?}"),
+    }
+}
+
+/// The fields of an entity reply by name.
+pub fn to_map(v: &Value) -> BTreeMap<String, Value> {
+    fields(v).into_iter().collect()
+}
+
+/// One field of an entity reply; panics naming the field when it is missing.
+pub fn field(v: &Value, name: &str) -> Value {
+    fields(v)
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("field {name:?} missing in {v:?}"))
+}
+
+/// Runs one command given as words and returns its reply.
+pub fn call(con: &mut redis::Connection, args: &[&str]) -> redis::RedisResult<Value> {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query(con)
+}
+
+/// Runs one command that must succeed.
+pub fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
+    call(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {}", err_text(&e)))
+}
+
+/// Runs one command that must fail, and returns its error as `CODE detail`.
+pub fn fails(con: &mut redis::Connection, args: &[&str]) -> String {
+    match call(con, args) {
+        Ok(v) => panic!("{args:?} should have failed, got {v:?}"),
+        Err(e) => err_text(&e),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw sockets.
+// ---------------------------------------------------------------------------------------------
+
+/// A RESP2 reply read off a raw socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resp {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Resp>>),
+}
+
+/// How reading a connection to its end went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The server closed the connection (EOF).
+    Closed,
+    /// The connection was reset (the server closed it with unread input).
+    Reset,
+    /// Nothing more came, and the connection stayed open, until the timeout.
+    TimedOut,
+}
+
+/// A raw TCP client: write any bytes, read replies or whatever comes back.
+pub struct RawConn {
+    reader: BufReader<TcpStream>,
+}
+
+impl RawConn {
+    pub fn connect(addr: SocketAddr) -> RawConn {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("raw connect");
+        s.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+        s.set_write_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+        s.set_nodelay(true).unwrap();
+        RawConn {
+            reader: BufReader::new(s),
+        }
+    }
+
+    pub fn stream(&self) -> &TcpStream {
+        self.reader.get_ref()
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.stream().local_addr().unwrap()
+    }
+
+    /// Writes bytes; errors (the server may already have closed) are returned, not panicked.
+    pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.reader.get_mut().write_all(bytes)?;
+        self.reader.get_mut().flush()
+    }
+
+    /// Sends one command as a RESP multibulk array.
+    pub fn send_cmd(&mut self, args: &[&[u8]]) -> io::Result<()> {
+        self.send(&encode(args))
+    }
+
+    /// Sends one command and reads its reply.
+    pub fn cmd(&mut self, args: &[&str]) -> Resp {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        self.send_cmd(&a).expect("send command");
+        self.read_reply().expect("read reply")
+    }
+
+    /// Reads one CRLF-terminated line (without the CRLF).
+    pub fn read_line(&mut self) -> io::Result<String> {
+        let mut line = Vec::new();
+        let n = self.reader.read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "EOF"));
+        }
+        if line.ends_with(b"\r\n") {
+            line.truncate(line.len() - 2);
+        }
+        Ok(String::from_utf8_lossy(&line).into_owned())
+    }
+
+    /// Reads one RESP2 reply.
+    pub fn read_reply(&mut self) -> io::Result<Resp> {
+        let line = self.read_line()?;
+        let (t, rest) = line.split_at(1.min(line.len()));
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+        Ok(match t {
+            "+" => Resp::Simple(rest.to_string()),
+            "-" => Resp::Error(rest.to_string()),
+            ":" => Resp::Int(rest.parse().map_err(|_| bad("bad integer"))?),
+            "$" => {
+                let n: i64 = rest.parse().map_err(|_| bad("bad bulk length"))?;
+                if n < 0 {
+                    Resp::Bulk(None)
+                } else {
+                    let mut buf = vec![0u8; n as usize + 2];
+                    self.reader.read_exact(&mut buf)?;
+                    buf.truncate(n as usize);
+                    Resp::Bulk(Some(buf))
+                }
+            }
+            "*" => {
+                let n: i64 = rest.parse().map_err(|_| bad("bad array length"))?;
+                if n < 0 {
+                    Resp::Array(None)
+                } else {
+                    let mut v = Vec::with_capacity(n as usize);
+                    for _ in 0..n {
+                        v.push(self.read_reply()?);
+                    }
+                    Resp::Array(Some(v))
+                }
+            }
+            _ => return Err(bad(&format!("unexpected reply line {line:?}"))),
+        })
+    }
+
+    /// Reads everything until the server closes the connection, or until nothing arrives for
+    /// `timeout`. Returns the bytes read and how it ended.
+    pub fn read_to_end(&mut self, timeout: Duration) -> (Vec<u8>, End) {
+        let mut out = self.reader.buffer().to_vec();
+        let consumed = out.len();
+        self.reader.consume(consumed);
+        let s = self.reader.get_mut();
+        s.set_read_timeout(Some(timeout)).unwrap();
+        let mut buf = [0u8; 16 * 1024];
+        let end = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break End::Closed,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::ConnectionAborted
+                            | io::ErrorKind::BrokenPipe
+                    ) =>
+                {
+                    break End::Reset
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break End::TimedOut
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break End::Reset,
+            }
+        };
+        let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
+        (out, end)
+    }
+}
+
+/// Encodes a command as a RESP multibulk array of bulk strings.
+pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Polls `f` every 20 ms until it returns true or `timeout` passes; returns the last result.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
