@@ -292,7 +292,7 @@ fn check_timeout(timeout: &str, secs: f64) {
     let v = r.unwrap_or_else(|e| panic!("timed-out acquire is a reply, not {}", err_text(&e)));
     assert_eq!(outcome(&v), TIMED_OUT, "timeout {timeout}: {v:?}");
     assert!(
-        to_map(&v).get("fencing_token").is_none(),
+        !to_map(&v).contains_key("fencing_token"),
         "no fencing_token unless acquired: {v:?}"
     );
     let min = Duration::from_secs_f64(secs * 0.8);
