@@ -7,6 +7,12 @@ use crate::engine::types::{Limits, Metadata, Name, Nanos, NANOS_PER_SEC};
 use crate::error::Error;
 use crate::protocol::request::parse_len;
 
+/// A copy of a value the state keeps: arguments are slices of the connection's read buffer,
+/// and a kept slice would pin the whole buffer for the entity's lifetime.
+fn detach(b: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(b)
+}
+
 /// An integer, or `ERR value is not an integer or out of range`.
 pub fn int(b: &[u8]) -> Result<i64, Error> {
     parse_len(b).ok_or_else(Error::not_integer)
@@ -75,7 +81,7 @@ pub fn process_id(b: &Bytes, limits: &Limits) -> Result<Bytes, Error> {
             limits.max_process_id_len
         )));
     }
-    Ok(b.clone())
+    Ok(detach(b))
 }
 
 /// The option words a command accepts after its fixed arguments.
@@ -164,7 +170,7 @@ impl Options {
 
     /// The description, checked against the limit (empty when left out).
     pub fn desc(&self, limits: &Limits) -> Result<Bytes, Error> {
-        let d = self.desc.clone().unwrap_or_default();
+        let d = self.desc.as_ref().map(detach).unwrap_or_default();
         if d.len() > limits.max_description_len {
             return Err(Error::InvalidArg(format!(
                 "description longer than {} bytes",
@@ -190,7 +196,12 @@ impl Options {
                 )));
             }
         }
-        let m = Metadata::from_pairs(self.meta.clone());
+        let m = Metadata::from_pairs(
+            self.meta
+                .iter()
+                .map(|(k, v)| (detach(k), detach(v)))
+                .collect(),
+        );
         if m.pairs().len() > limits.max_metadata_entries {
             return Err(Error::InvalidArg(format!(
                 "metadata has more than {} entries",

@@ -412,6 +412,7 @@ impl Shard {
                 "namespace quota reached ({max} namespaces)"
             )));
         }
+        let ns = ns.detached();
         let n = Namespace::new(ns.clone(), desc, meta, now);
         let reply = view::namespace(&n);
         self.cx.journal.push(journal::ns_put(&n));
@@ -498,6 +499,7 @@ impl Shard {
                 "semaphore quota reached in namespace '{ns}' ({max} semaphores)"
             )));
         }
+        let sem = sem.detached();
         let s = Semaphore::new(sem.clone(), permits, desc, meta, now);
         let reply = view::semaphore(&s);
         self.cx.journal.push(journal::sem_put(&ns, &s));
@@ -675,7 +677,9 @@ impl Shard {
             .waits
             .push(id);
         self.cx.timers.insert((deadline, Timer::Waiter(id)));
-        self.cx.waiter_at.insert(id, (ns.clone(), sem.clone()));
+        self.cx
+            .waiter_at
+            .insert(id, (ns.detached(), sem.detached()));
         Ok(Exec::Parked(id))
     }
 
@@ -768,7 +772,7 @@ impl Shard {
         n.lease_order.insert(serial, id);
         self.cx
             .timers
-            .insert((expires_at, Timer::Lease(ns.clone(), id)));
+            .insert((expires_at, Timer::Lease(n.name.clone(), id)));
         Ok(reply)
     }
 
@@ -801,7 +805,7 @@ impl Shard {
         let l = lease
             .and_then(|id| n.leases.get_mut(&id))
             .ok_or_else(|| lease_missing(ns))?;
-        let timer = Timer::Lease(ns.clone(), l.id);
+        let timer = Timer::Lease(n.name.clone(), l.id);
         self.cx.timers.remove(&(l.expires_at, timer.clone()));
         l.expires_at = now.saturating_add(ttl);
         self.cx.timers.insert((l.expires_at, timer));

@@ -34,6 +34,12 @@ impl Name {
                 .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
     }
 
+    /// A copy in its own small allocation. Request arguments are slices of a connection's read
+    /// buffer; a name kept in the state must not pin that whole buffer.
+    pub fn detached(&self) -> Name {
+        Name(Bytes::copy_from_slice(&self.0))
+    }
+
     /// The name's bytes.
     pub fn bytes(&self) -> &Bytes {
         &self.0

@@ -88,10 +88,10 @@ impl Dec {
     pub fn i64(&mut self) -> Result<i64, DecodeError> {
         Ok(self.u64()? as i64)
     }
-    /// Length-prefixed bytes.
+    /// Length-prefixed bytes, copied out: restored state must not pin the whole file buffer.
     pub fn bytes(&mut self) -> Result<Bytes, DecodeError> {
         let n = self.u32()? as usize;
-        self.take(n)
+        Ok(Bytes::copy_from_slice(&self.take(n)?))
     }
     /// A name.
     pub fn name(&mut self) -> Result<Name, DecodeError> {
