@@ -152,6 +152,10 @@ pub struct Config {
         default_value_t = 100_000
     )]
     pub max_waiters_per_semaphore: usize,
+
+    /// Most parked acquires on the whole server.
+    #[arg(long, env = "PERMITD_MAX_WAITERS", default_value_t = 1_000_000)]
+    pub max_waiters: usize,
 }
 
 impl Config {
@@ -172,6 +176,7 @@ impl Config {
             max_leases_per_namespace: self.max_leases_per_namespace,
             max_holders_per_semaphore: self.max_holders_per_semaphore,
             max_waiters_per_semaphore: self.max_waiters_per_semaphore,
+            max_waiters: self.max_waiters,
         }
     }
 
@@ -259,6 +264,7 @@ impl Config {
                 "max-waiters-per-semaphore",
                 self.max_waiters_per_semaphore.to_string(),
             ),
+            ("max-waiters", self.max_waiters.to_string()),
             ("save", String::new()),
             ("appendonly", "yes".to_string()),
             ("appendfsync", self.fsync.as_str().to_string()),

@@ -199,8 +199,14 @@ struct Conn {
 
 impl Conn {
     async fn connect(addr: SocketAddr) -> Result<Conn> {
-        let stream = TcpStream::connect(addr)
+        let stream = tokio::time::timeout(REPLY_TIMEOUT, TcpStream::connect(addr))
             .await
+            .map_err(|_| {
+                format!(
+                    "connect {addr}: no answer within {} s",
+                    REPLY_TIMEOUT.as_secs()
+                )
+            })?
             .map_err(|e| format!("connect {addr}: {e}"))?;
         Conn::from_stream(stream)
     }
@@ -248,8 +254,16 @@ impl Conn {
     async fn call(&mut self, args: &[&[u8]]) -> Result<Value> {
         let mut out = Vec::new();
         encode_command(&mut out, args);
-        self.send(&out).await?;
-        self.next(Value::from_range).await
+        let reply = async {
+            self.send(&out).await?;
+            self.next(Value::from_range).await
+        };
+        reply.await.map_err(|e| {
+            let name = args
+                .first()
+                .map(|a| String::from_utf8_lossy(a).into_owned());
+            format!("{}: {e}", name.unwrap_or_default()).into()
+        })
     }
 }
 

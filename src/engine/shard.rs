@@ -97,6 +97,8 @@ struct Cx {
     stats: Stats,
     limits: Arc<Limits>,
     namespace_count: Arc<AtomicUsize>,
+    /// Parked acquires on all shards sharing this counter (the server-wide quota).
+    waiter_count: Arc<AtomicUsize>,
 }
 
 /// One shard: the namespaces that hash to it, with all their state.
@@ -139,6 +141,7 @@ impl Shard {
                 stats: Stats::default(),
                 limits,
                 namespace_count,
+                waiter_count: Arc::new(AtomicUsize::new(0)),
             },
         }
     }
@@ -164,6 +167,13 @@ impl Shard {
         shard.namespaces = namespaces;
         shard.cx.token_hwm = token_hwm;
         shard
+    }
+
+    /// Shares the count of parked acquires with other shards, so that `max_waiters` holds for
+    /// the whole server (by default a shard counts only its own).
+    pub fn share_waiter_count(&mut self, count: Arc<AtomicUsize>) {
+        count.fetch_add(self.cx.waiter_at.len(), Ordering::AcqRel);
+        self.cx.waiter_count = count;
     }
 
     /// The namespaces and the fencing-token high-water mark (what a snapshot saves).
@@ -657,6 +667,12 @@ impl Shard {
                 limits.max_waiters_per_semaphore
             )));
         }
+        if self.cx.waiter_count.load(Ordering::Acquire) >= limits.max_waiters {
+            return Err(Error::ResourceExhausted(format!(
+                "waiter quota reached on the server ({} waiters)",
+                limits.max_waiters
+            )));
+        }
         touch(ns, s, now, &mut self.cx.journal);
         let id = self.cx.next_waiter;
         self.cx.next_waiter += 1;
@@ -680,6 +696,7 @@ impl Shard {
         self.cx
             .waiter_at
             .insert(id, (ns.detached(), sem.detached()));
+        self.cx.waiter_count.fetch_add(1, Ordering::AcqRel);
         Ok(Exec::Parked(id))
     }
 
@@ -904,7 +921,9 @@ fn touch(ns: &Name, s: &mut Semaphore, now: Nanos, journal: &mut Vec<Record>) {
 /// Drops a parked acquire's bookkeeping outside its semaphore's queue.
 fn forget_waiter(cx: &mut Cx, lease: Option<&mut Lease>, w: WaiterId, deadline: Nanos) {
     cx.timers.remove(&(deadline, Timer::Waiter(w)));
-    cx.waiter_at.remove(&w);
+    if cx.waiter_at.remove(&w).is_some() {
+        cx.waiter_count.fetch_sub(1, Ordering::AcqRel);
+    }
     if let Some(l) = lease {
         l.waits.retain(|x| *x != w);
     }

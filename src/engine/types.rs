@@ -215,6 +215,8 @@ pub struct Limits {
     pub max_holders_per_semaphore: usize,
     /// Most parked acquires on one semaphore.
     pub max_waiters_per_semaphore: usize,
+    /// Most parked acquires on the whole server.
+    pub max_waiters: usize,
 }
 
 impl Default for Limits {
@@ -234,6 +236,7 @@ impl Default for Limits {
             max_leases_per_namespace: 1_000_000,
             max_holders_per_semaphore: 1_000,
             max_waiters_per_semaphore: 100_000,
+            max_waiters: 1_000_000,
         }
     }
 }

@@ -457,22 +457,23 @@ impl Conn {
     }
 
     /// NS.LIST: every shard's part, merged in name order.
-    async fn ns_list(&self, page: Page) -> Reply {
+    async fn ns_list(&mut self, page: Page) -> Reply {
         let mut waits = Vec::with_capacity(self.g.shards.len());
-        for s in &self.g.shards {
+        for (shard, s) in self.g.shards.iter().enumerate() {
             let (tx, rx) = oneshot::channel();
-            if s.send(ShardMsg::NsList {
+            let msg = ShardMsg::NsList {
                 page: page.clone(),
                 reply: tx,
-            })
-            .is_ok()
-            {
-                waits.push(rx);
+            };
+            if s.send(msg).is_ok() {
+                waits.push((shard, rx));
             }
         }
         let mut parts = Vec::with_capacity(waits.len());
-        for rx in waits {
-            if let Ok(p) = rx.await {
+        for (shard, rx) in waits {
+            if let Ok((p, lsn)) = rx.await {
+                // The page may show changes of that shard that are not durable yet.
+                self.note(shard, lsn);
                 parts.push(p);
             }
         }

@@ -40,8 +40,11 @@ pub struct Global {
     pub total_commands: AtomicU64,
     /// The port listened on.
     pub port: u16,
-    /// Per shard: the LSN up to which its log is durable (under `--fsync always`: on disk).
+    /// Per shard: the LSN up to which its log is durable (written, and under `--fsync always`
+    /// also synced).
     pub durable: Vec<watch::Sender<u64>>,
+    /// Parked acquires on all shards (the `--max-waiters` quota).
+    pub waiter_count: Arc<AtomicUsize>,
 }
 
 impl Global {
@@ -111,6 +114,7 @@ pub fn run(config: Config) -> std::io::Result<()> {
         total_commands: AtomicU64::new(0),
         port: local.port(),
         durable: (0..n).map(|_| watch::channel(0).0).collect(),
+        waiter_count: Arc::new(AtomicUsize::new(0)),
     });
     let mut threads = Vec::with_capacity(n);
     for ((id, rx), state) in inboxes.into_iter().enumerate().zip(loaded.shards) {

@@ -57,8 +57,8 @@ pub enum ShardMsg {
     NsList {
         /// The page asked for.
         page: Page,
-        /// This shard's candidates.
-        reply: oneshot::Sender<PageOf<Name, (Name, Reply)>>,
+        /// This shard's candidates, and the LSN they need durable.
+        reply: oneshot::Sender<Durable<PageOf<Name, (Name, Reply)>>>,
     },
     /// Counters and sizes for INFO.
     Info {
@@ -92,12 +92,13 @@ pub fn wall_nanos() -> Nanos {
 
 impl ShardCtx {
     fn new(id: usize, global: Arc<Global>, state: ShardState, store: Store) -> ShardCtx {
-        let engine = Shard::restore(
+        let mut engine = Shard::restore(
             global.limits.clone(),
             global.namespace_count.clone(),
             state.namespaces,
             state.hwm,
         );
+        engine.share_waiter_count(global.waiter_count.clone());
         ShardCtx {
             id,
             global,
@@ -175,12 +176,7 @@ impl ShardCtx {
         let lsn = if journal.is_empty() {
             self.last_lsn()
         } else {
-            let mut store = self.store.borrow_mut();
-            let lsn = store.append(journal);
-            if store.policy != Fsync::Always {
-                // Not waited for: replies go out at once, the flusher writes behind them.
-                self.global.durable[self.id].send_replace(lsn);
-            }
+            let lsn = self.store.borrow_mut().append(journal);
             self.flush_wake.notify_one();
             lsn
         };
@@ -248,7 +244,7 @@ impl ShardCtx {
                 let now = self.now();
                 let mut engine = self.engine.borrow_mut();
                 engine.advance(now);
-                let _ = reply.send(engine.ns_list_part(&page));
+                let _ = reply.send((engine.ns_list_part(&page), self.last_lsn()));
                 drop(engine);
                 self.settle();
             }
@@ -280,6 +276,10 @@ impl ShardCtx {
         }
     }
 
+    /// Writes the pending batch. Replies wait at least for the write (so a process crash loses
+    /// nothing acknowledged under any policy); under `always` also for the fdatasync, which runs
+    /// on a blocking thread while the shard keeps serving. Without a sync, the write only copies
+    /// to the page cache and is done in place.
     async fn flush_once(&self) {
         let (batch, file, policy) = {
             let mut store = self.store.borrow_mut();
@@ -288,16 +288,19 @@ impl ShardCtx {
         let sync = policy == Fsync::Always;
         let len = batch.bytes.len() as u64;
         let bytes = batch.bytes;
-        let res =
-            tokio::task::spawn_blocking(move || persist::write_batch(&file, &bytes, sync)).await;
+        let res = if sync {
+            tokio::task::spawn_blocking(move || persist::write_batch(&file, &bytes, true)).await
+        } else {
+            Ok(persist::write_batch(&file, &bytes, false))
+        };
         fatal_if_failed(res, "write the log");
         let mut store = self.store.borrow_mut();
         store.stats.log_bytes += len;
         if sync {
             store.stats.fsyncs += 1;
             store.stats.last_fsync_at = wall_nanos();
-            self.global.durable[self.id].send_replace(batch.lsn);
         }
+        self.global.durable[self.id].send_replace(batch.lsn);
     }
 
     /// Replaces the log by a snapshot of the shard's state. The shard pauses only while its
