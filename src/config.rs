@@ -47,6 +47,31 @@ pub struct Config {
     #[arg(long, env = "PERMITD_REQUIREPASS")]
     pub requirepass: Option<String>,
 
+    /// An ACL file: one `user <name> <rules...>` line per user, as Redis's (ACL LOAD/SAVE).
+    #[arg(long, env = "PERMITD_ACLFILE")]
+    pub aclfile: Option<PathBuf>,
+
+    /// With no password on the default user, accept connections only from 127.0.0.1 and ::1.
+    #[arg(long, env = "PERMITD_PROTECTED_MODE", default_value = "yes", value_parser = yes_no)]
+    pub protected_mode: bool,
+
+    /// A second port that speaks TLS (clients use rediss://); needs the cert and key files.
+    #[arg(long, env = "PERMITD_TLS_PORT")]
+    pub tls_port: Option<u16>,
+
+    /// The server's certificate chain (PEM).
+    #[arg(long, env = "PERMITD_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The server's private key (PEM).
+    #[arg(long, env = "PERMITD_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// CA certificates (PEM) for client certificates: when set, TLS clients must present a
+    /// certificate signed by one of them.
+    #[arg(long, env = "PERMITD_TLS_CA_CERT_FILE")]
+    pub tls_ca_cert_file: Option<PathBuf>,
+
     /// Most client connections at once; more get `ERR max number of clients reached`.
     #[arg(long, env = "PERMITD_MAXCLIENTS", default_value_t = 10_000)]
     pub maxclients: usize,
@@ -158,6 +183,15 @@ pub struct Config {
     pub max_waiters: usize,
 }
 
+/// Parses Redis's `yes` / `no` (also true/false).
+fn yes_no(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" => Ok(true),
+        "no" | "false" | "0" => Ok(false),
+        _ => Err(format!("expected yes or no, got '{s}'")),
+    }
+}
+
 impl Config {
     /// The engine limits these options set.
     pub fn limits(&self) -> Limits {
@@ -213,6 +247,18 @@ impl Config {
             ("snapshot-threshold", self.snapshot_threshold.to_string()),
             ("requirepass", self.requirepass.clone().unwrap_or_default()),
             ("maxclients", self.maxclients.to_string()),
+            (
+                "aclfile",
+                self.aclfile
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            ),
+            (
+                "protected-mode",
+                if self.protected_mode { "yes" } else { "no" }.to_string(),
+            ),
+            ("tls-port", self.tls_port.unwrap_or(0).to_string()),
             ("timeout", self.timeout.to_string()),
             ("tcp-keepalive", self.tcp_keepalive.to_string()),
             (

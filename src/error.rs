@@ -31,6 +31,8 @@ pub enum Error {
     ExecAbort(String),
     /// `UNBLOCKED`: a parked acquire ended by `CLIENT UNBLOCK id ERROR`.
     Unblocked(String),
+    /// `NOPERM`: the user may not run this command or touch this namespace.
+    NoPerm(String),
 }
 
 impl Error {
@@ -48,6 +50,7 @@ impl Error {
             Error::CrossSlot(_) => "CROSSSLOT",
             Error::ExecAbort(_) => "EXECABORT",
             Error::Unblocked(_) => "UNBLOCKED",
+            Error::NoPerm(_) => "NOPERM",
         }
     }
 
@@ -64,7 +67,8 @@ impl Error {
             | Error::NoProto(m)
             | Error::CrossSlot(m)
             | Error::ExecAbort(m)
-            | Error::Unblocked(m) => m,
+            | Error::Unblocked(m)
+            | Error::NoPerm(m) => m,
         }
     }
 

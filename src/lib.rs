@@ -10,6 +10,7 @@ pub mod command;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod glob;
 pub mod persist;
 pub mod protocol;
 pub mod server;

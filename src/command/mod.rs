@@ -91,6 +91,22 @@ pub enum Request {
     Info(Vec<Bytes>),
     /// `CONFIG GET pattern ...`.
     ConfigGet(Vec<Bytes>),
+    /// `ACL SETUSER name rule ...`.
+    AclSetUser(String, Vec<String>),
+    /// `ACL DELUSER name ...`.
+    AclDelUser(Vec<String>),
+    /// `ACL LIST`.
+    AclList,
+    /// `ACL USERS`.
+    AclUsers,
+    /// `ACL WHOAMI`.
+    AclWhoami,
+    /// `ACL CAT [category]`.
+    AclCat(Option<String>),
+    /// `ACL LOAD`.
+    AclLoad,
+    /// `ACL SAVE`.
+    AclSave,
     /// `SHUTDOWN [NOSAVE|SAVE]`.
     Shutdown,
     /// `MULTI`.
@@ -399,6 +415,18 @@ fn parse_surface(cmd: Cmd, a: &[Bytes]) -> Result<Request, Error> {
         Cmd::CommandGetKeys => Request::CommandGetKeys(rest()),
         Cmd::Info => Request::Info(a[1..].to_vec()),
         Cmd::ConfigGet => Request::ConfigGet(rest()),
+        Cmd::AclSetUser => Request::AclSetUser(text(&a[2]), a[3..].iter().map(text).collect()),
+        Cmd::AclDelUser => Request::AclDelUser(a[2..].iter().map(text).collect()),
+        Cmd::AclList => Request::AclList,
+        Cmd::AclUsers => Request::AclUsers,
+        Cmd::AclWhoami => Request::AclWhoami,
+        Cmd::AclCat => match a.len() {
+            2 => Request::AclCat(None),
+            3 => Request::AclCat(Some(text(&a[2]).to_ascii_lowercase())),
+            _ => return Err(Error::wrong_arity("acl|cat")),
+        },
+        Cmd::AclLoad => Request::AclLoad,
+        Cmd::AclSave => Request::AclSave,
         Cmd::Shutdown => {
             for w in &a[1..] {
                 let known = [&b"nosave"[..], b"save", b"now", b"force", b"abort"];
@@ -411,9 +439,15 @@ fn parse_surface(cmd: Cmd, a: &[Bytes]) -> Result<Request, Error> {
         Cmd::Multi => Request::Multi,
         Cmd::Exec => Request::Exec,
         Cmd::Discard => Request::Discard,
-        Cmd::Client | Cmd::Config => unreachable!("containers resolve to a subcommand"),
+        Cmd::Client | Cmd::Config | Cmd::Acl => {
+            unreachable!("containers resolve to a subcommand")
+        }
         _ => unreachable!("engine commands are parsed by `parse`"),
     })
+}
+
+fn text(b: &Bytes) -> String {
+    String::from_utf8_lossy(b).into_owned()
 }
 
 fn parse_hello(a: &[Bytes]) -> Result<Request, Error> {

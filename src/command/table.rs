@@ -48,6 +48,15 @@ pub enum Cmd {
     CommandList,
     CommandGetKeys,
     Info,
+    Acl,
+    AclSetUser,
+    AclDelUser,
+    AclList,
+    AclUsers,
+    AclWhoami,
+    AclCat,
+    AclLoad,
+    AclSave,
     Config,
     ConfigGet,
     Shutdown,
@@ -465,6 +474,20 @@ static COMMAND_SUBS: &[CommandSpec] = &[
             },
         ],
     ),
+];
+
+const ADMINF: &[&str] = &["admin", "noscript", "loading", "stale"];
+const ACL_READ: &[&str] = &["@slow"];
+
+static ACL_SUBS: &[CommandSpec] = &[
+    spec("acl|setuser", Cmd::AclSetUser, -3, ADMINF, ACL_ADMIN, 0, SRV, "Creates or changes a user: on/off, >password, ~namespace-pattern, +@category, -command, ...", &[arg("username", ArgType::String), Arg { name: "rule", kind: ArgType::String, token: None, optional: true, multiple: true, args: &[] }]),
+    spec("acl|deluser", Cmd::AclDelUser, -3, ADMINF, ACL_ADMIN, 0, SRV, "Deletes users.", &[Arg { name: "username", kind: ArgType::String, token: None, optional: false, multiple: true, args: &[] }]),
+    spec("acl|list", Cmd::AclList, 2, ADMINF, ACL_ADMIN, 0, SRV, "Lists the users and their rules.", &[]),
+    spec("acl|users", Cmd::AclUsers, 2, ADMINF, ACL_ADMIN, 0, SRV, "Lists the user names.", &[]),
+    spec("acl|whoami", Cmd::AclWhoami, 2, &["noscript", "loading", "stale"], ACL_READ, 0, SRV, "Returns the user of the connection.", &[]),
+    spec("acl|cat", Cmd::AclCat, -2, &["noscript", "loading", "stale"], ACL_READ, 0, SRV, "Lists the categories, or the commands of one.", &[Arg { name: "category", kind: ArgType::String, token: None, optional: true, multiple: false, args: &[] }]),
+    spec("acl|load", Cmd::AclLoad, 2, ADMINF, ACL_ADMIN, 0, SRV, "Reloads the users from the ACL file.", &[]),
+    spec("acl|save", Cmd::AclSave, 2, ADMINF, ACL_ADMIN, 0, SRV, "Writes the users to the ACL file.", &[]),
 ];
 
 static CONFIG_SUBS: &[CommandSpec] = &[spec(
@@ -899,6 +922,20 @@ pub static COMMANDS: &[CommandSpec] = &[
             args: &[],
         }],
     ),
+    CommandSpec {
+        subcommands: ACL_SUBS,
+        ..spec(
+            "acl",
+            Cmd::Acl,
+            -2,
+            &[],
+            &["@slow"],
+            0,
+            SRV,
+            "A container for access control commands.",
+            &[],
+        )
+    },
     CommandSpec {
         subcommands: CONFIG_SUBS,
         ..spec(

@@ -472,6 +472,15 @@ impl Shard {
 
     /// This shard's share of an NS.LIST page (merged with the other shards' by the caller).
     pub fn ns_list_part(&self, page: &Page) -> PageOf<Name, (Name, Reply)> {
+        self.ns_list_part_where(page, |_| true)
+    }
+
+    /// [`Shard::ns_list_part`] over the namespaces `visible` lets through.
+    pub fn ns_list_part_where(
+        &self,
+        page: &Page,
+        visible: impl Fn(&Name) -> bool,
+    ) -> PageOf<Name, (Name, Reply)> {
         let from = page
             .cursor
             .as_ref()
@@ -480,7 +489,7 @@ impl Shard {
             &self.namespaces,
             from,
             page.limit,
-            |_| true,
+            |n| visible(&n.name),
             |k, n| (k.clone(), view::namespace(n)),
         )
     }

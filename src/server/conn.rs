@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 
+use super::acl::{self, User};
 use super::clients::Client;
 use super::info;
 use super::shard::{Done, Durable, ShardCtx, ShardMsg};
@@ -29,8 +30,11 @@ use crate::protocol::{Proto, ProtocolError, Reply, RequestParser};
 /// Replies are written once this much is buffered, even mid-pipeline.
 const OUT_FLUSH: usize = 64 * 1024;
 
-/// Serves one accepted connection until it closes.
-pub async fn serve(ctx: Rc<ShardCtx>, stream: TcpStream) {
+/// How long a TLS client may take to finish its handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves one accepted connection until it closes; `tls` connections first do the handshake.
+pub async fn serve(ctx: Rc<ShardCtx>, stream: TcpStream, tls: bool) {
     let (Ok(addr), Ok(laddr), Ok(dup)) = (
         stream.peer_addr(),
         stream.local_addr(),
@@ -39,9 +43,28 @@ pub async fn serve(ctx: Rc<ShardCtx>, stream: TcpStream) {
         return;
     };
     let g = ctx.global.clone();
-    let client = g.clients.add(addr, laddr, dup, ctx.id);
+    let shard = ctx.id;
+    if !tls {
+        return run(ctx, stream, g.clients.add(addr, laddr, dup, shard)).await;
+    }
+    let Some(config) = g.tls.clone() else {
+        return;
+    };
+    let handshake = tokio_rustls::TlsAcceptor::from(config).accept(stream);
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(Ok(s)) => run(ctx, s, g.clients.add(addr, laddr, dup, shard)).await,
+        Ok(Err(e)) => tracing::debug!(%addr, error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
+    }
+}
+
+async fn run<S: AsyncRead + AsyncWrite + Unpin>(ctx: Rc<ShardCtx>, stream: S, client: Arc<Client>) {
+    let g = ctx.global.clone();
+    // Logged in as the default user at once when it needs no password.
+    let user = g.acl.get("default").filter(|u| u.is_open());
     let mut conn = Conn {
-        authed: g.config.requirepass.is_none(),
+        acl_version: g.acl.version(),
+        user,
         shutdown: g.shutdown.subscribe(),
         ctx,
         g: g.clone(),
@@ -68,16 +91,19 @@ struct Multi {
     dirty: bool,
 }
 
-struct Conn {
+struct Conn<S> {
     ctx: Rc<ShardCtx>,
     g: Arc<Global>,
     client: Arc<Client>,
-    stream: TcpStream,
+    stream: S,
     inbuf: BytesMut,
     out: BytesMut,
     parser: RequestParser,
     proto: Proto,
-    authed: bool,
+    /// The logged-in user; `None` until AUTH when the default user has a password.
+    user: Option<Arc<User>>,
+    /// The ACL version `user` was read at.
+    acl_version: u64,
     multi: Option<Multi>,
     /// Close once the replies so far are written.
     close: bool,
@@ -107,7 +133,7 @@ enum Event {
     Shutdown,
 }
 
-impl Conn {
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     async fn run(&mut self) {
         loop {
             if let Read::Closed = self.read().await {
@@ -202,7 +228,7 @@ impl Conn {
     /// Runs every complete request in the input buffer.
     async fn process(&mut self) {
         while !self.close {
-            let authed = self.authed;
+            let authed = self.user.is_some();
             match self
                 .parser
                 .next(&mut self.inbuf, &self.g.request_limits, authed)
@@ -232,10 +258,14 @@ impl Conn {
             Err(e) => return self.reject(e, true).await,
         };
         self.client.touch(spec.name);
-        if !self.authed && !spec.flags.contains(&"no-auth") {
-            return self
-                .reject(Error::NoAuth("Authentication required.".into()), true)
-                .await;
+        if !spec.flags.contains(&"no-auth") {
+            let denied = match self.current_user() {
+                None => Some(Error::NoAuth("Authentication required.".into())),
+                Some(user) => check_permissions(user, spec, &argv).err(),
+            };
+            if let Some(e) = denied {
+                return self.reject(e, true).await;
+            }
         }
         match spec.cmd {
             Cmd::Multi => return self.multi_start().await,
@@ -273,6 +303,16 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// The logged-in user, re-read when the ACL changed (a deleted user is logged out).
+    fn current_user(&mut self) -> Option<&User> {
+        let v = self.g.acl.version();
+        if v != self.acl_version {
+            self.acl_version = v;
+            self.user = self.user.take().and_then(|u| self.g.acl.get(&u.name));
+        }
+        self.user.as_deref()
     }
 
     /// Answers an error; one found while queueing (`in_queue`) aborts the transaction.
@@ -463,6 +503,9 @@ impl Conn {
             let (tx, rx) = oneshot::channel();
             let msg = ShardMsg::NsList {
                 page: page.clone(),
+                // Only the namespaces the user may see; filtered on the shards so that pages
+                // stay full.
+                visible_to: self.user.clone().filter(|u| !u.sees_all()),
                 reply: tx,
             };
             if s.send(msg).is_ok() {
@@ -616,7 +659,7 @@ impl Conn {
                 self.client.multi.store(-1, Ordering::Relaxed);
                 self.set_proto(Proto::Resp2);
                 self.client.set_name(Bytes::new());
-                self.authed = self.g.config.requirepass.is_none();
+                self.user = self.g.acl.get("default").filter(|u| u.is_open());
                 self.client.set_user(Bytes::from_static(b"default"));
                 Reply::Simple("RESET")
             }
@@ -683,6 +726,39 @@ impl Conn {
             Request::CommandGetKeys(argv) => docs::getkeys_reply(&argv).into(),
             Request::Info(sections) => self.info(&sections).await,
             Request::ConfigGet(patterns) => info::config_get(&self.g, &patterns),
+            Request::AclSetUser(name, rules) => {
+                self.g.acl.setuser(&name, &rules).map(|()| Reply::OK).into()
+            }
+            Request::AclDelUser(names) => match self.g.acl.deluser(&names) {
+                Ok(n) => {
+                    // As Redis: the connections of a deleted user are closed.
+                    for c in self.g.clients.all() {
+                        if names.iter().any(|u| u.as_bytes() == c.user().as_ref()) {
+                            c.kill();
+                        }
+                    }
+                    Reply::Int(n as i64)
+                }
+                Err(e) => Reply::Error(e),
+            },
+            Request::AclList => lines(self.g.acl.list()),
+            Request::AclUsers => lines(self.g.acl.names()),
+            Request::AclWhoami => Reply::bulk(self.client.user()),
+            Request::AclCat(None) => lines(acl::categories()),
+            Request::AclCat(Some(cat)) => {
+                if !acl::categories().contains(&cat) {
+                    Reply::Error(Error::Err(format!("Unknown category '{cat}'")))
+                } else {
+                    lines(
+                        acl::commands_in(&cat)
+                            .into_iter()
+                            .map(String::from)
+                            .collect(),
+                    )
+                }
+            }
+            Request::AclLoad => self.g.acl.load().map(|()| Reply::OK).into(),
+            Request::AclSave => self.g.acl.save().map(|()| Reply::OK).into(),
             Request::Shutdown => {
                 tracing::info!(client = self.client.id, "User requested shutdown...");
                 self.g.begin_shutdown();
@@ -700,26 +776,25 @@ impl Conn {
         self.client.resp.store(p.number() as u8, Ordering::Relaxed);
     }
 
-    /// Checks credentials: the `default` user with `--requirepass` (or without a password).
+    /// Logs in as `user` (the default user when left out) if `pass` is one of its passwords.
     fn auth(&mut self, user: Option<&Bytes>, pass: &Bytes, from_hello: bool) -> Result<(), Error> {
-        let user_is_default = user.is_none_or(|u| u.as_ref() == b"default");
-        let ok = match &self.g.config.requirepass {
-            None if user.is_none() && !from_hello => {
-                return Err(Error::Err(
-                    "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into(),
-                ))
-            }
-            None => user_is_default,
-            Some(pw) => user_is_default && constant_time_eq(pw.as_bytes(), pass),
-        };
-        if !ok {
+        if user.is_none() && !from_hello && self.g.acl.default_is_open() {
+            return Err(Error::Err(
+                "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into(),
+            ));
+        }
+        let name = user.map_or("default".into(), |u| {
+            String::from_utf8_lossy(u).into_owned()
+        });
+        let found = self.g.acl.get(&name).filter(|u| u.check_password(pass));
+        let Some(found) = found else {
             return Err(Error::WrongPass(
                 "invalid username-password pair or user is disabled.".into(),
             ));
-        }
-        self.authed = true;
-        self.client
-            .set_user(user.cloned().unwrap_or(Bytes::from_static(b"default")));
+        };
+        self.user = Some(found);
+        self.acl_version = self.g.acl.version();
+        self.client.set_user(Bytes::from(name));
         Ok(())
     }
 
@@ -740,7 +815,7 @@ impl Conn {
                 return Reply::Error(e);
             }
         }
-        if !self.authed {
+        if self.user.is_none() {
             return Reply::Error(Error::NoAuth("HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into()));
         }
         if let Some(n) = setname {
@@ -781,11 +856,32 @@ impl Conn {
     }
 }
 
-fn shutting_down() -> Reply {
-    Reply::Error(Error::Err("server is shutting down".into()))
+/// Whether `user` may run `spec` with these arguments (its namespace is the first key).
+fn check_permissions(user: &User, spec: &CommandSpec, argv: &[Bytes]) -> Result<(), Error> {
+    if !user.can_run(spec) {
+        return Err(Error::NoPerm(format!(
+            "User {} has no permissions to run the '{}' command",
+            user.name, spec.name
+        )));
+    }
+    if spec.first_key > 0 {
+        if let Some(ns) = argv.get(spec.first_key as usize) {
+            if !user.can_access(ns) {
+                return Err(Error::NoPerm(format!(
+                    "No permissions to access namespace '{}'",
+                    String::from_utf8_lossy(&ns[..ns.len().min(128)])
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
-/// Compares secrets without stopping at the first difference.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// An array of bulk strings.
+fn lines(items: Vec<String>) -> Reply {
+    Reply::Array(items.into_iter().map(Reply::bulk).collect())
+}
+
+fn shutting_down() -> Reply {
+    Reply::Error(Error::Err("server is shutting down".into()))
 }

@@ -205,56 +205,12 @@ pub fn config_get(g: &Global, patterns: &[Bytes]) -> Reply {
     for (name, value) in g.config.entries() {
         if patterns
             .iter()
-            .any(|p| glob_match(&p.to_ascii_lowercase(), name.as_bytes()))
+            .any(|p| crate::glob::matches(&p.to_ascii_lowercase(), name.as_bytes()))
         {
             pairs.push((Reply::text(name), Reply::bulk(value)));
         }
     }
     Reply::Map(pairs)
-}
-
-/// Redis's glob matching (`*`, `?`, `[...]` with ranges and `^`, `\` escapes).
-pub fn glob_match(pat: &[u8], s: &[u8]) -> bool {
-    match pat.split_first() {
-        None => s.is_empty(),
-        Some((b'*', rest)) => (0..=s.len()).any(|i| glob_match(rest, &s[i..])),
-        Some((b'?', rest)) => !s.is_empty() && glob_match(rest, &s[1..]),
-        Some((b'[', rest)) => {
-            let Some((&c, s_rest)) = s.split_first() else {
-                return false;
-            };
-            let (negate, mut body) = match rest.split_first() {
-                Some((b'^', b)) => (true, b),
-                _ => (false, rest),
-            };
-            let mut matched = false;
-            loop {
-                match body {
-                    [] => return false,
-                    [b']', after @ ..] => {
-                        body = after;
-                        break;
-                    }
-                    [b'\\', x, after @ ..] => {
-                        matched |= *x == c;
-                        body = after;
-                    }
-                    [lo, b'-', hi, after @ ..] if *hi != b']' => {
-                        let (lo, hi) = if lo <= hi { (*lo, *hi) } else { (*hi, *lo) };
-                        matched |= lo <= c && c <= hi;
-                        body = after;
-                    }
-                    [x, after @ ..] => {
-                        matched |= *x == c;
-                        body = after;
-                    }
-                }
-            }
-            matched != negate && glob_match(body, s_rest)
-        }
-        Some((b'\\', [x, rest @ ..])) => s.first() == Some(x) && glob_match(rest, &s[1..]),
-        Some((x, rest)) => s.first() == Some(x) && glob_match(rest, &s[1..]),
-    }
 }
 
 /// The HELLO reply.
@@ -268,21 +224,4 @@ pub fn hello(client_id: u64, proto: Proto) -> Reply {
         ("role", Reply::text("master")),
         ("modules", Reply::Array(Vec::new())),
     ])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob_match;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match(b"*", b"port"));
-        assert!(glob_match(b"p?rt", b"port"));
-        assert!(glob_match(b"max*", b"maxclients"));
-        assert!(glob_match(b"[ps]ort", b"sort"));
-        assert!(!glob_match(b"[^ps]ort", b"sort"));
-        assert!(glob_match(b"[a-z]ort", b"port"));
-        assert!(!glob_match(b"port", b"ports"));
-        assert!(glob_match(b"a\\*", b"a*"));
-    }
 }

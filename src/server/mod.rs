@@ -1,9 +1,11 @@
 //! The network server: listener, shard threads, connections, timers.
 
+pub mod acl;
 pub mod clients;
 pub mod conn;
 pub mod info;
 pub mod shard;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -45,6 +47,10 @@ pub struct Global {
     pub durable: Vec<watch::Sender<u64>>,
     /// Parked acquires on all shards (the `--max-waiters` quota).
     pub waiter_count: Arc<AtomicUsize>,
+    /// Users and their permissions.
+    pub acl: acl::Acl,
+    /// TLS settings of `--tls-port`.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Global {
@@ -78,9 +84,21 @@ pub fn run(config: Config) -> std::io::Result<()> {
                 format!("--bind/--port: {e}"),
             )
         })?;
+    let acl = acl::Acl::new(config.requirepass.clone(), config.aclfile.clone())
+        .map_err(|e| std::io::Error::other(format!("--aclfile: {e}")))?;
+    let tls = tls::server_config(&config)?;
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
+    let tls_listener = match config.tls_port {
+        Some(port) => {
+            let l = std::net::TcpListener::bind((addr.ip(), port))?;
+            l.set_nonblocking(true)?;
+            tracing::info!(addr = %l.local_addr()?, "TLS port ready");
+            Some(l)
+        }
+        None => None,
+    };
     let n = config.shard_count();
     let started = Instant::now();
     let loaded = crate::persist::load(&config.dir, n, config.repair_log).map_err(|e| {
@@ -115,6 +133,8 @@ pub fn run(config: Config) -> std::io::Result<()> {
         port: local.port(),
         durable: (0..n).map(|_| watch::channel(0).0).collect(),
         waiter_count: Arc::new(AtomicUsize::new(0)),
+        acl,
+        tls,
     });
     let mut threads = Vec::with_capacity(n);
     for ((id, rx), state) in inboxes.into_iter().enumerate().zip(loaded.shards) {
@@ -130,7 +150,7 @@ pub fn run(config: Config) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(accept_loop(global.clone(), listener))?;
+    rt.block_on(accept_loop(global.clone(), listener, tls_listener))?;
     global.begin_shutdown();
     for t in threads {
         let _ = t.join();
@@ -139,10 +159,32 @@ pub fn run(config: Config) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Accepts connections and hands them round-robin to the shard threads, until shutdown.
-async fn accept_loop(global: Arc<Global>, listener: std::net::TcpListener) -> std::io::Result<()> {
+/// Whether Redis's protected mode counts `ip` as local (only 127.0.0.1 and ::1, as Redis).
+fn is_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
+        std::net::IpAddr::V6(v6) => {
+            v6 == std::net::Ipv6Addr::LOCALHOST
+                || v6.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)
+        }
+    }
+}
+
+/// What a protected server answers a non-local client before closing.
+const DENIED: &[u8] = b"-DENIED permitd is running in protected mode because the default user has no password: only connections from 127.0.0.1 and ::1 are accepted. To accept other clients, set a password (--requirepass, or users with --aclfile) or turn protected mode off (--protected-mode no), and bind to an address they can reach (--bind).\r\n";
+
+/// Accepts connections (plain and TLS) and hands them round-robin to the shard threads, until
+/// shutdown.
+async fn accept_loop(
+    global: Arc<Global>,
+    listener: std::net::TcpListener,
+    tls_listener: Option<std::net::TcpListener>,
+) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let listener = tokio::net::TcpListener::from_std(listener)?;
+    let tls_listener = tls_listener
+        .map(tokio::net::TcpListener::from_std)
+        .transpose()?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut shutdown = global.shutdown.subscribe();
@@ -152,7 +194,8 @@ async fn accept_loop(global: Arc<Global>, listener: std::net::TcpListener) -> st
             _ = term.recv() => { tracing::info!("Received SIGTERM scheduling shutdown..."); break; }
             _ = int.recv() => { tracing::info!("Received SIGINT scheduling shutdown..."); break; }
             _ = shutdown.wait_for(|s| *s) => break,
-            accepted = listener.accept() => {
+            accepted = accept_either(&listener, tls_listener.as_ref()) => {
+                let (accepted, tls) = accepted;
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
@@ -162,6 +205,16 @@ async fn accept_loop(global: Arc<Global>, listener: std::net::TcpListener) -> st
                         continue;
                     }
                 };
+                if global.config.protected_mode
+                    && !is_local(peer.ip())
+                    && global.acl.default_is_open()
+                {
+                    tracing::warn!(%peer, "protected mode: refused a non-local client");
+                    let mut s = stream;
+                    use tokio::io::AsyncWriteExt;
+                    let _ = s.write_all(DENIED).await;
+                    continue;
+                }
                 if global.clients.count() >= global.config.maxclients {
                     global.clients.rejected_connections.fetch_add(1, Ordering::Relaxed);
                     let mut s = stream;
@@ -180,7 +233,7 @@ async fn accept_loop(global: Arc<Global>, listener: std::net::TcpListener) -> st
                     Ok(std_stream) => {
                         let shard = next % global.shards.len();
                         next = next.wrapping_add(1);
-                        let _ = global.shards[shard].send(ShardMsg::Conn(std_stream));
+                        let _ = global.shards[shard].send(ShardMsg::Conn(std_stream, tls));
                     }
                     Err(e) => tracing::warn!(error = %e, "could not hand over a connection"),
                 }
@@ -188,4 +241,18 @@ async fn accept_loop(global: Arc<Global>, listener: std::net::TcpListener) -> st
         }
     }
     Ok(())
+}
+
+/// The next connection from either listener, and whether it came on the TLS one.
+async fn accept_either(
+    plain: &tokio::net::TcpListener,
+    tls: Option<&tokio::net::TcpListener>,
+) -> (std::io::Result<(tokio::net::TcpStream, SocketAddr)>, bool) {
+    match tls {
+        None => (plain.accept().await, false),
+        Some(t) => tokio::select! {
+            r = plain.accept() => (r, false),
+            r = t.accept() => (r, true),
+        },
+    }
 }

@@ -33,8 +33,8 @@ pub enum Done {
 /// Messages a shard thread accepts.
 #[derive(Debug)]
 pub enum ShardMsg {
-    /// A new connection to serve on this thread.
-    Conn(std::net::TcpStream),
+    /// A new connection to serve on this thread (true: over TLS).
+    Conn(std::net::TcpStream, bool),
     /// Run requests in order (stopping after one that parks); answer with their results.
     Exec {
         /// Requests, all for namespaces of this shard.
@@ -57,6 +57,8 @@ pub enum ShardMsg {
     NsList {
         /// The page asked for.
         page: Page,
+        /// Only namespaces this user may access (`None`: all).
+        visible_to: Option<Arc<super::acl::User>>,
         /// This shard's candidates, and the LSN they need durable.
         reply: oneshot::Sender<Durable<PageOf<Name, (Name, Reply)>>>,
     },
@@ -223,9 +225,9 @@ impl ShardCtx {
 
     fn handle(self: &Rc<Self>, msg: ShardMsg) {
         match msg {
-            ShardMsg::Conn(stream) => match tokio::net::TcpStream::from_std(stream) {
+            ShardMsg::Conn(stream, tls) => match tokio::net::TcpStream::from_std(stream) {
                 Ok(s) => {
-                    tokio::task::spawn_local(super::conn::serve(self.clone(), s));
+                    tokio::task::spawn_local(super::conn::serve(self.clone(), s, tls));
                 }
                 Err(e) => tracing::warn!(error = %e, "could not adopt a connection"),
             },
@@ -240,11 +242,18 @@ impl ShardCtx {
             ShardMsg::Cancel { waiter, why, reply } => {
                 let _ = reply.send(self.cancel(waiter, why));
             }
-            ShardMsg::NsList { page, reply } => {
+            ShardMsg::NsList {
+                page,
+                visible_to,
+                reply,
+            } => {
                 let now = self.now();
                 let mut engine = self.engine.borrow_mut();
                 engine.advance(now);
-                let _ = reply.send((engine.ns_list_part(&page), self.last_lsn()));
+                let visible =
+                    |ns: &Name| visible_to.as_ref().is_none_or(|u| u.can_access(ns.bytes()));
+                let part = engine.ns_list_part_where(&page, visible);
+                let _ = reply.send((part, self.last_lsn()));
                 drop(engine);
                 self.settle();
             }
