@@ -629,7 +629,12 @@ impl Shard {
         timeout: Nanos,
         meta: Metadata,
     ) -> Result<Exec, Error> {
-        let limits = self.cx.limits.clone();
+        // Copied out: the limits are shared by every shard, so no per-acquire refcount traffic.
+        let (max_holders, max_sem_waiters, max_waiters) = (
+            self.cx.limits.max_holders_per_semaphore,
+            self.cx.limits.max_waiters_per_semaphore,
+            self.cx.limits.max_waiters,
+        );
         let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
         let s = n
             .semaphores
@@ -645,10 +650,10 @@ impl Shard {
         let needed = weight - held.unwrap_or(0);
         // A hold that does not grow needs nothing from anyone: it never waits.
         let grantable = needed <= 0 || (s.queue.is_empty() && s.available() >= needed);
-        if held.is_none() && s.holders.len() >= limits.max_holders_per_semaphore {
+        if held.is_none() && s.holders.len() >= max_holders {
             return Err(Error::ResourceExhausted(format!(
                 "holder quota reached on semaphore '{sem}' ({} holders)",
-                limits.max_holders_per_semaphore
+                max_holders
             )));
         }
         if grantable {
@@ -670,16 +675,16 @@ impl Shard {
             self.cx.stats.acquire_unavailable += 1;
             return Ok(Exec::Reply(view::acquire(Outcome::Unavailable, s, None)));
         }
-        if s.queue.len() >= limits.max_waiters_per_semaphore {
+        if s.queue.len() >= max_sem_waiters {
             return Err(Error::ResourceExhausted(format!(
                 "waiter quota reached on semaphore '{sem}' ({} waiters)",
-                limits.max_waiters_per_semaphore
+                max_sem_waiters
             )));
         }
-        if self.cx.waiter_count.load(Ordering::Acquire) >= limits.max_waiters {
+        if self.cx.waiter_count.load(Ordering::Acquire) >= max_waiters {
             return Err(Error::ResourceExhausted(format!(
                 "waiter quota reached on the server ({} waiters)",
-                limits.max_waiters
+                max_waiters
             )));
         }
         touch(ns, s, now, &mut self.cx.journal);

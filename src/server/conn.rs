@@ -252,7 +252,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 
     async fn command(&mut self, argv: Vec<Bytes>) {
-        self.g.total_commands.fetch_add(1, Ordering::Relaxed);
+        self.ctx.commands.set(self.ctx.commands.get() + 1);
         let spec = match command::resolve(&argv) {
             Ok(s) => s,
             Err(e) => return self.reject(e, true).await,

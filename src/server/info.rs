@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
+use super::shard::ShardInfo;
 use super::Global;
 use crate::engine::{Counts, Stats};
 use crate::persist::PersistStats;
@@ -17,6 +18,8 @@ pub struct Totals {
     pub stats: Stats,
     /// Persistence: sums of sizes and counts, the latest times, the longest durations.
     pub persist: PersistStats,
+    /// Commands processed.
+    pub commands: u64,
 }
 use crate::protocol::{Proto, Reply};
 
@@ -27,11 +30,14 @@ pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Adds up the shards' figures.
-pub fn sum(parts: &[(Counts, Stats, PersistStats)]) -> Totals {
+pub fn sum(parts: &[ShardInfo]) -> Totals {
     let mut c = Counts::default();
     let mut s = Stats::default();
     let mut p = PersistStats::default();
-    for (pc, ps, pp) in parts {
+    let mut commands = 0;
+    for part in parts {
+        let (pc, ps, pp) = (&part.counts, &part.stats, &part.persist);
+        commands += part.commands;
         p.last_fsync_at = p.last_fsync_at.max(pp.last_fsync_at);
         p.fsyncs += pp.fsyncs;
         p.log_bytes += pp.log_bytes;
@@ -53,6 +59,7 @@ pub fn sum(parts: &[(Counts, Stats, PersistStats)]) -> Totals {
         counts: c,
         stats: s,
         persist: p,
+        commands,
     }
 }
 
@@ -160,10 +167,7 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
                     .load(Ordering::Relaxed)
                     .to_string(),
             ),
-            (
-                "total_commands_processed",
-                g.total_commands.load(Ordering::Relaxed).to_string(),
-            ),
+            ("total_commands_processed", t.commands.to_string()),
             (
                 "rejected_connections",
                 g.clients

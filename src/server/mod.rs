@@ -8,7 +8,7 @@ pub mod shard;
 pub mod tls;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,8 +38,6 @@ pub struct Global {
     pub started: Instant,
     /// Namespaces on all shards (the quota is server-wide).
     pub namespace_count: Arc<AtomicUsize>,
-    /// Commands processed.
-    pub total_commands: AtomicU64,
     /// The port listened on.
     pub port: u16,
     /// Per shard: the LSN up to which its log is durable (written, and under `--fsync always`
@@ -129,7 +127,6 @@ pub fn run(config: Config) -> std::io::Result<()> {
         shutdown: watch::channel(false).0,
         started: Instant::now(),
         namespace_count: Arc::new(AtomicUsize::new(0)),
-        total_commands: AtomicU64::new(0),
         port: local.port(),
         durable: (0..n).map(|_| watch::channel(0).0).collect(),
         waiter_count: Arc::new(AtomicUsize::new(0)),

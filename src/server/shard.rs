@@ -65,8 +65,21 @@ pub enum ShardMsg {
     /// Counters and sizes for INFO.
     Info {
         /// Answer.
-        reply: oneshot::Sender<(Counts, Stats, PersistStats)>,
+        reply: oneshot::Sender<ShardInfo>,
     },
+}
+
+/// One shard's INFO figures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShardInfo {
+    /// Sizes.
+    pub counts: Counts,
+    /// Engine counters.
+    pub stats: Stats,
+    /// Persistence counters.
+    pub persist: PersistStats,
+    /// Commands run by the connections of this thread.
+    pub commands: u64,
 }
 
 /// What a shard thread's tasks share.
@@ -83,6 +96,8 @@ pub struct ShardCtx {
     /// The deadline the timer task sleeps until (None: no deadline).
     scheduled: Cell<Option<Nanos>>,
     last_now: Cell<Nanos>,
+    /// Commands run by this thread's connections (per thread: no shared counter to contend on).
+    pub commands: Cell<u64>,
 }
 
 /// Wall-clock nanoseconds since the Unix epoch.
@@ -111,6 +126,7 @@ impl ShardCtx {
             flush_wake: Notify::new(),
             scheduled: Cell::new(None),
             last_now: Cell::new(0),
+            commands: Cell::new(0),
         }
     }
 
@@ -261,7 +277,12 @@ impl ShardCtx {
                 let now = self.now();
                 let mut engine = self.engine.borrow_mut();
                 engine.advance(now);
-                let _ = reply.send((engine.counts(), engine.stats(), self.store.borrow().stats));
+                let _ = reply.send(ShardInfo {
+                    counts: engine.counts(),
+                    stats: engine.stats(),
+                    persist: self.store.borrow().stats,
+                    commands: self.commands.get(),
+                });
                 drop(engine);
                 self.settle();
             }
