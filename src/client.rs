@@ -1,0 +1,306 @@
+//! A thin client helper on the `redis` crate: leases, semaphores, a scoped permit that is always
+//! released, and a lease heartbeat that reports a lost lease. It adds nothing the server already
+//! does: no client-side queueing, retrying or polling.
+//!
+//! Two things to know, as with any blocking Redis command:
+//! - A parked `SEM.ACQUIRE` holds the commands behind it on its connection. Give acquires their
+//!   own connection (a [`Heartbeat`] opens its own).
+//! - The connection's response timeout must be above the acquire timeout (the `redis` crate's
+//!   multiplexed connections default to 500 ms; set `AsyncConnectionConfig::set_response_timeout`).
+//!
+//! ```no_run
+//! # async fn demo() -> redis::RedisResult<()> {
+//! use std::time::Duration;
+//! use permitd::client::{Lease, Semaphore};
+//! let client = redis::Client::open("redis://127.0.0.1:6379")?;
+//! let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+//! let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+//! let lease = Lease::create(&mut conn, "team", "worker-7", 30).await?;
+//! let db = Semaphore::new("team", "db");
+//! let rows = db
+//!     .with_permit(&mut conn, &lease, 1, Duration::from_secs(5), |token| async move {
+//!         // ... use the resource, passing `token` along as a fencing token ...
+//!         token
+//!     })
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{RedisError, RedisResult, Value};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A field of a reply map (a RESP3 map, or a RESP2 flat `[field, value, ...]` array).
+fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    let is = |k: &Value| {
+        matches!(k, Value::BulkString(b) if b == name.as_bytes())
+            || matches!(k, Value::SimpleString(s) if s == name)
+    };
+    match v {
+        Value::Map(pairs) => pairs.iter().find(|(k, _)| is(k)).map(|(_, v)| v),
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|p| p.len() == 2 && is(&p[0]))
+            .map(|p| &p[1]),
+        _ => None,
+    }
+}
+
+fn int_field(v: &Value, name: &str) -> RedisResult<i64> {
+    match field(v, name) {
+        Some(Value::Int(n)) => Ok(*n),
+        _ => Err(malformed(name)),
+    }
+}
+
+fn text_field(v: &Value, name: &str) -> RedisResult<String> {
+    match field(v, name) {
+        Some(Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Some(Value::SimpleString(s)) => Ok(s.clone()),
+        _ => Err(malformed(name)),
+    }
+}
+
+fn malformed(what: &str) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::Client,
+        "unexpected reply from permitd",
+        format!("missing or mistyped field '{what}'"),
+    ))
+}
+
+/// A lease: a server-side TTL token under which permits are held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Namespace.
+    pub namespace: String,
+    /// The lease id (a capability: keep it secret).
+    pub id: String,
+    /// Time to live given at creation, seconds.
+    pub ttl_secs: u64,
+}
+
+impl Lease {
+    /// `LEASE.CREATE`.
+    pub async fn create<C: ConnectionLike>(
+        conn: &mut C,
+        namespace: &str,
+        process_id: &str,
+        ttl_secs: u64,
+    ) -> RedisResult<Lease> {
+        let reply: Value = redis::cmd("LEASE.CREATE")
+            .arg(namespace)
+            .arg(process_id)
+            .arg(ttl_secs)
+            .query_async(conn)
+            .await?;
+        Ok(Lease {
+            namespace: namespace.to_string(),
+            id: text_field(&reply, "lease_id")?,
+            ttl_secs,
+        })
+    }
+
+    /// `LEASE.REFRESH` for the lease's ttl; returns the new `expires_at` (ns since the epoch).
+    pub async fn refresh<C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<i64> {
+        let reply: Value = redis::cmd("LEASE.REFRESH")
+            .arg(&self.namespace)
+            .arg(&self.id)
+            .arg(self.ttl_secs)
+            .query_async(conn)
+            .await?;
+        int_field(&reply, "expires_at")
+    }
+
+    /// `LEASE.REVOKE`: releases every hold of the lease.
+    pub async fn revoke<C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<()> {
+        redis::cmd("LEASE.REVOKE")
+            .arg(&self.namespace)
+            .arg(&self.id)
+            .query_async(conn)
+            .await
+    }
+}
+
+/// How an acquire ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The lease holds the permits.
+    Acquired,
+    /// Timeout 0 and the permits were not free.
+    Unavailable,
+    /// Waited the whole timeout.
+    TimedOut,
+}
+
+/// An acquire's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquire {
+    /// Outcome.
+    pub outcome: Outcome,
+    /// The fencing token, when acquired.
+    pub fencing_token: Option<i64>,
+    /// The semaphore's permits in use after the call.
+    pub active_holds: i64,
+    /// The semaphore's total permits.
+    pub permits: i64,
+}
+
+/// A semaphore of a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Semaphore {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl Semaphore {
+    /// Names a semaphore (`SEM.CREATE` makes it).
+    pub fn new(namespace: &str, name: &str) -> Semaphore {
+        Semaphore {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// `SEM.ACQUIRE`: waits server-side (FIFO) up to `timeout` for `weight` permits.
+    pub async fn acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        lease: &Lease,
+        weight: i64,
+        timeout: Duration,
+    ) -> RedisResult<Acquire> {
+        let reply: Value = redis::cmd("SEM.ACQUIRE")
+            .arg(&self.namespace)
+            .arg(&self.name)
+            .arg(&lease.id)
+            .arg(weight)
+            .arg(format!("{:.3}", timeout.as_secs_f64()))
+            .query_async(conn)
+            .await?;
+        let outcome = match text_field(&reply, "outcome")?.as_str() {
+            "ACQUIRE_OUTCOME_ACQUIRED" => Outcome::Acquired,
+            "ACQUIRE_OUTCOME_UNAVAILABLE" => Outcome::Unavailable,
+            "ACQUIRE_OUTCOME_TIMED_OUT" => Outcome::TimedOut,
+            _ => return Err(malformed("outcome")),
+        };
+        let sem = field(&reply, "semaphore").ok_or_else(|| malformed("semaphore"))?;
+        Ok(Acquire {
+            outcome,
+            fencing_token: field(&reply, "fencing_token").and_then(|v| match v {
+                Value::Int(n) => Some(*n),
+                _ => None,
+            }),
+            active_holds: int_field(sem, "active_holds")?,
+            permits: int_field(sem, "permits")?,
+        })
+    }
+
+    /// `SEM.RELEASE`.
+    pub async fn release<C: ConnectionLike>(&self, conn: &mut C, lease: &Lease) -> RedisResult<()> {
+        let _: Value = redis::cmd("SEM.RELEASE")
+            .arg(&self.namespace)
+            .arg(&self.name)
+            .arg(&lease.id)
+            .query_async(conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Acquires, runs `work` with the fencing token, and releases whatever `work` returned;
+    /// `None` when the permits were not acquired within `timeout`.
+    pub async fn with_permit<C, F, Fut, T>(
+        &self,
+        conn: &mut C,
+        lease: &Lease,
+        weight: i64,
+        timeout: Duration,
+        work: F,
+    ) -> RedisResult<Option<T>>
+    where
+        C: ConnectionLike,
+        F: FnOnce(i64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let a = self.acquire(conn, lease, weight, timeout).await?;
+        let Some(token) = a.fencing_token.filter(|_| a.outcome == Outcome::Acquired) else {
+            return Ok(None);
+        };
+        let out = work(token).await;
+        self.release(conn, lease).await?;
+        Ok(Some(out))
+    }
+}
+
+/// Keeps a lease alive by refreshing it at a fraction of its ttl, on a connection of its own.
+/// When a refresh fails with an error from the server (the lease is gone: expired or revoked),
+/// the heartbeat stops and reports the loss; it retries connection errors until the lease
+/// would have expired. Dropping it stops the refreshing.
+pub struct Heartbeat {
+    lost: watch::Receiver<Option<String>>,
+    task: JoinHandle<()>,
+}
+
+impl Heartbeat {
+    /// Starts refreshing `lease` every `ttl / 3` (or `every`).
+    pub fn start(client: redis::Client, lease: Lease, every: Option<Duration>) -> Heartbeat {
+        let (tx, lost) = watch::channel(None);
+        let period = every.unwrap_or(Duration::from_millis(lease.ttl_secs * 1000 / 3));
+        let task = tokio::spawn(async move {
+            let mut conn = None;
+            let mut last_ok = tokio::time::Instant::now();
+            let ttl = Duration::from_secs(lease.ttl_secs);
+            loop {
+                tokio::time::sleep(period).await;
+                if conn.is_none() {
+                    conn = client.get_multiplexed_async_connection().await.ok();
+                }
+                let result = match conn.as_mut() {
+                    Some(c) => lease.refresh(c).await,
+                    None => Err(malformed("connection")),
+                };
+                match result {
+                    Ok(_) => last_ok = tokio::time::Instant::now(),
+                    // The server answered with an error: the lease is gone.
+                    Err(e) if e.code().is_some() => {
+                        let _ = tx.send(Some(format!("lease lost: {e}")));
+                        return;
+                    }
+                    Err(e) => {
+                        conn = None;
+                        if last_ok.elapsed() >= ttl {
+                            let _ = tx.send(Some(format!("lease expired unrefreshed: {e}")));
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Heartbeat { lost, task }
+    }
+
+    /// Whether the lease was lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost.borrow().is_some()
+    }
+
+    /// Waits until the lease is lost; returns why.
+    pub async fn lost(&mut self) -> String {
+        match self.lost.wait_for(|l| l.is_some()).await {
+            Ok(reason) => reason.clone().unwrap_or_default(),
+            Err(_) => "heartbeat stopped".into(),
+        }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

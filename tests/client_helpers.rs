@@ -1,0 +1,132 @@
+//! The Rust client helper (`permitd::client`) against a real server over real sockets.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{call, field, int, ok, Server};
+use permitd::client::{Heartbeat, Lease, Outcome, Semaphore};
+
+/// A connection whose response timeout is above any acquire timeout used here.
+async fn conn(server: &Server) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    server
+        .client()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connect")
+}
+
+fn setup(server: &Server, permits: &str) {
+    let mut c = server.conn();
+    ok(&mut c, &["NS.CREATE", "team"]);
+    ok(&mut c, &["SEM.CREATE", "team", "db", permits]);
+}
+
+fn active_holds(server: &Server) -> i64 {
+    let mut c = server.conn();
+    int(&field(
+        &ok(&mut c, &["SEM.GET", "team", "db"]),
+        "active_holds",
+    ))
+}
+
+#[tokio::test]
+async fn with_permit_runs_the_work_with_a_token_and_always_releases() {
+    let server = Server::start();
+    setup(&server, "2");
+    let mut c = conn(&server).await;
+    let lease = Lease::create(&mut c, "team", "worker-1", 30).await.unwrap();
+    assert!(lease.id.starts_with("ls_") && lease.id.len() == 31);
+    let db = Semaphore::new("team", "db");
+    let srv = &server;
+    let seen = db
+        .with_permit(
+            &mut c,
+            &lease,
+            2,
+            Duration::from_secs(1),
+            |token| async move {
+                // While the work runs, the permits are held.
+                (token, active_holds(srv))
+            },
+        )
+        .await
+        .unwrap()
+        .expect("acquired");
+    assert!(seen.0 > 0, "a fencing token is handed to the work");
+    assert_eq!(seen.1, 2, "held during the work");
+    assert_eq!(active_holds(&server), 0, "released after the work");
+}
+
+#[tokio::test]
+async fn acquire_reports_unavailable_and_timed_out_without_running_work() {
+    let server = Server::start();
+    setup(&server, "1");
+    let mut c = conn(&server).await;
+    let holder = Lease::create(&mut c, "team", "a", 30).await.unwrap();
+    let other = Lease::create(&mut c, "team", "b", 30).await.unwrap();
+    let db = Semaphore::new("team", "db");
+    let a = db
+        .acquire(&mut c, &holder, 1, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(a.outcome, Outcome::Acquired);
+    assert_eq!((a.active_holds, a.permits), (1, 1));
+    let b = db.acquire(&mut c, &other, 1, Duration::ZERO).await.unwrap();
+    assert_eq!((b.outcome, b.fencing_token), (Outcome::Unavailable, None));
+    let ran = db
+        .with_permit(&mut c, &other, 1, Duration::from_millis(300), |_| async {
+            1
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ran, None,
+        "not acquired within the timeout: the work does not run"
+    );
+    assert_eq!(active_holds(&server), 1, "the holder keeps its permit");
+}
+
+#[tokio::test]
+async fn heartbeat_keeps_a_lease_alive_and_reports_its_loss() {
+    let server = Server::start();
+    setup(&server, "1");
+    let mut c = conn(&server).await;
+    let lease = Lease::create(&mut c, "team", "worker-1", 1).await.unwrap();
+    let db = Semaphore::new("team", "db");
+    db.acquire(&mut c, &lease, 1, Duration::ZERO).await.unwrap();
+    let mut hb = Heartbeat::start(server.client(), lease.clone(), None);
+    // Three ttls later the lease and its hold are still there.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    assert!(!hb.is_lost());
+    let mut sync = server.conn();
+    assert!(call(&mut sync, &["LEASE.GET", "team", &lease.id]).is_ok());
+    assert_eq!(active_holds(&server), 1);
+    // Revoked elsewhere: the next refresh finds it gone and reports it.
+    ok(&mut sync, &["LEASE.REVOKE", "team", &lease.id]);
+    let reason = tokio::time::timeout(Duration::from_secs(5), hb.lost())
+        .await
+        .expect("the loss is reported within a few refresh periods");
+    assert!(reason.contains("NOTFOUND"), "{reason}");
+    assert!(hb.is_lost());
+}
+
+#[tokio::test]
+async fn without_a_heartbeat_the_lease_expires() {
+    let server = Server::start();
+    setup(&server, "1");
+    let mut c = conn(&server).await;
+    let lease = Lease::create(&mut c, "team", "worker-1", 1).await.unwrap();
+    Semaphore::new("team", "db")
+        .acquire(&mut c, &lease, 1, Duration::ZERO)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        active_holds(&server),
+        0,
+        "the expired lease's permit is free"
+    );
+    assert!(lease.refresh(&mut c).await.is_err());
+}
