@@ -52,7 +52,8 @@ pub struct Config {
     pub aclfile: Option<PathBuf>,
 
     /// With no password on the default user, accept connections only from 127.0.0.1 and ::1.
-    #[arg(long, env = "PERMITD_PROTECTED_MODE", default_value = "yes", value_parser = yes_no)]
+    #[arg(long, env = "PERMITD_PROTECTED_MODE", default_value = "yes", value_parser = yes_no,
+          action = clap::ArgAction::Set)]
     pub protected_mode: bool,
 
     /// A second port that speaks TLS (clients use rediss://); needs the cert and key files.

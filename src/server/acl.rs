@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -157,7 +157,7 @@ impl User {
             "allcommands" => self.rules = vec![(true, Target::Category("all".into()))],
             "nocommands" => self.rules.clear(),
             "reset" => *self = User::new(&self.name),
-            _ => match rule.as_bytes()[0] {
+            _ => match rule.as_bytes().first().copied().unwrap_or(0) {
                 b'>' => {
                     self.passwords.push(sha256(&rule.as_bytes()[1..]));
                     self.nopass = false;
@@ -312,7 +312,7 @@ impl Acl {
                 users.insert(name.to_string(), Arc::new(u));
             }
         }
-        *self.users.write().expect("acl lock") = users;
+        *self.users.write().unwrap_or_else(PoisonError::into_inner) = users;
         self.version.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
@@ -336,12 +336,16 @@ impl Acl {
 
     /// A user by name.
     pub fn get(&self, name: &str) -> Option<Arc<User>> {
-        self.users.read().expect("acl lock").get(name).cloned()
+        self.users
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
     }
 
     /// `ACL SETUSER`: creates or changes a user; nothing changes if a rule is bad.
     pub fn setuser(&self, name: &str, rules: &[String]) -> Result<(), Error> {
-        let mut users = self.users.write().expect("acl lock");
+        let mut users = self.users.write().unwrap_or_else(PoisonError::into_inner);
         let mut u = users
             .get(name)
             .map(|u| (**u).clone())
@@ -359,7 +363,7 @@ impl Acl {
         if names.iter().any(|n| n == "default") {
             return Err(Error::Err("The 'default' user cannot be removed".into()));
         }
-        let mut users = self.users.write().expect("acl lock");
+        let mut users = self.users.write().unwrap_or_else(PoisonError::into_inner);
         let removed = names.iter().filter(|n| users.remove(*n).is_some()).count();
         self.version.fetch_add(1, Ordering::AcqRel);
         Ok(removed)
@@ -369,7 +373,7 @@ impl Acl {
     pub fn list(&self) -> Vec<String> {
         self.users
             .read()
-            .expect("acl lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .values()
             .map(|u| u.describe())
             .collect()
@@ -379,7 +383,7 @@ impl Acl {
     pub fn names(&self) -> Vec<String> {
         self.users
             .read()
-            .expect("acl lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .keys()
             .cloned()
             .collect()

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -55,17 +55,24 @@ struct Names {
 impl Client {
     /// Sets the connection name (`CLIENT SETNAME`, `HELLO ... SETNAME`).
     pub fn set_name(&self, name: Bytes) {
-        self.names.lock().expect("names lock").name = name;
+        self.names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .name = name;
     }
 
     /// The connection name.
     pub fn name(&self) -> Bytes {
-        self.names.lock().expect("names lock").name.clone()
+        self.names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .name
+            .clone()
     }
 
     /// Sets `lib-name` or `lib-ver`.
     pub fn set_lib(&self, lib_name: bool, value: Bytes) {
-        let mut n = self.names.lock().expect("names lock");
+        let mut n = self.names.lock().unwrap_or_else(PoisonError::into_inner);
         if lib_name {
             n.lib_name = value;
         } else {
@@ -75,19 +82,29 @@ impl Client {
 
     /// Sets the authenticated user.
     pub fn set_user(&self, user: Bytes) {
-        self.names.lock().expect("names lock").user = user;
+        self.names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .user = user;
     }
 
     /// The authenticated user.
     pub fn user(&self) -> Bytes {
-        self.names.lock().expect("names lock").user.clone()
+        self.names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .user
+            .clone()
     }
 
     /// Records the command being run (for `cmd=` and `idle=`).
     pub fn touch(&self, cmd: &'static str) {
         let ms = self.created.elapsed().as_millis() as u64;
         self.last_active_ms.store(ms, Ordering::Relaxed);
-        self.names.lock().expect("names lock").cmd = cmd;
+        self.names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .cmd = cmd;
     }
 
     /// Closes the connection: its pending read ends, and a parked acquire is cancelled.
@@ -104,7 +121,7 @@ impl Client {
 
     /// The `CLIENT LIST` / `CLIENT INFO` line, in Redis's format.
     pub fn info_line(&self) -> String {
-        let n = self.names.lock().expect("names lock");
+        let n = self.names.lock().unwrap_or_else(PoisonError::into_inner);
         let age = self.created.elapsed().as_secs();
         let idle_ms = (self.created.elapsed().as_millis() as u64)
             .saturating_sub(self.last_active_ms.load(Ordering::Relaxed));
@@ -186,24 +203,30 @@ impl Registry {
         self.total_connections.fetch_add(1, Ordering::Relaxed);
         self.clients
             .lock()
-            .expect("registry lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(id, c.clone());
         c
     }
 
     /// Unregisters a closed connection.
     pub fn remove(&self, id: u64) {
-        self.clients.lock().expect("registry lock").remove(&id);
+        self.clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
     }
 
     /// Connected clients now.
     pub fn count(&self) -> usize {
-        self.clients.lock().expect("registry lock").len()
+        self.clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Connected clients served by shard thread `shard`.
     pub fn count_on_shard(&self, shard: usize) -> usize {
-        let clients = self.clients.lock().expect("registry lock");
+        let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         clients.values().filter(|c| c.shard == shard).count()
     }
 
@@ -211,7 +234,7 @@ impl Registry {
     pub fn all(&self) -> Vec<Arc<Client>> {
         self.clients
             .lock()
-            .expect("registry lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .values()
             .cloned()
             .collect()
@@ -221,7 +244,7 @@ impl Registry {
     pub fn get(&self, id: u64) -> Option<Arc<Client>> {
         self.clients
             .lock()
-            .expect("registry lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .get(&id)
             .cloned()
     }

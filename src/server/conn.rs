@@ -583,10 +583,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             )));
             return;
         }
+        // Permissions are checked again: the ACL may have changed since the commands were queued.
+        let user = self.current_user().cloned();
         let parsed: Vec<Result<Request, Error>> = m
             .queued
             .iter()
-            .map(|(spec, argv)| command::parse(spec, argv, &self.g.limits))
+            .map(|(spec, argv)| {
+                let Some(user) = &user else {
+                    return Err(Error::NoAuth("Authentication required.".into()));
+                };
+                check_permissions(user, spec, argv).map_err(|_| {
+                    Error::NoPerm(format!(
+                        "ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following user: '{}'",
+                        user.name
+                    ))
+                })?;
+                command::parse(spec, argv, &self.g.limits)
+            })
             .collect();
         let mut namespace = None;
         for r in parsed.iter().flatten() {
