@@ -100,11 +100,7 @@ impl Reply {
                 out.put_slice(b"\r\n");
             }
             Reply::Int(n) => header(out, b':', *n),
-            Reply::Bulk(b) => {
-                header(out, b'$', b.len() as i64);
-                out.put_slice(b);
-                out.put_slice(b"\r\n");
-            }
+            Reply::Bulk(b) => bulk(out, b),
             Reply::Null => match proto {
                 Proto::Resp2 => out.put_slice(b"$-1\r\n"),
                 Proto::Resp3 => out.put_slice(b"_\r\n"),
@@ -153,30 +149,58 @@ impl<T: Into<Reply>> From<Result<T, Error>> for Reply {
     }
 }
 
-/// Writes `<kind><n>\r\n` without going through `fmt`.
+/// Bulk strings up to this size are assembled on the stack and copied once.
+const SMALL_BULK: usize = 64;
+
+/// Writes `<kind><n>\r\n` with one copy into `out`.
 fn header(out: &mut BytesMut, kind: u8, n: i64) {
-    out.put_u8(kind);
-    put_int(out, n);
-    out.put_slice(b"\r\n");
+    let mut buf = [0u8; 24];
+    buf[0] = kind;
+    let len = 1 + write_int(&mut buf[1..], n);
+    buf[len..len + 2].copy_from_slice(b"\r\n");
+    out.put_slice(&buf[..len + 2]);
 }
 
-/// Writes the decimal form of `n`.
-pub fn put_int(out: &mut BytesMut, n: i64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
+/// Writes a bulk string; a short one (most field names and values) in a single copy.
+fn bulk(out: &mut BytesMut, b: &[u8]) {
+    if b.len() > SMALL_BULK {
+        header(out, b'$', b.len() as i64);
+        out.put_slice(b);
+        out.put_slice(b"\r\n");
+        return;
+    }
+    let mut buf = [0u8; SMALL_BULK + 8];
+    buf[0] = b'$';
+    let mut len = 1 + write_int(&mut buf[1..], b.len() as i64);
+    buf[len..len + 2].copy_from_slice(b"\r\n");
+    len += 2;
+    buf[len..len + b.len()].copy_from_slice(b);
+    len += b.len();
+    buf[len..len + 2].copy_from_slice(b"\r\n");
+    out.put_slice(&buf[..len + 2]);
+}
+
+/// Writes the decimal form of `n` at the start of `buf` (at least 20 bytes); returns its length.
+fn write_int(buf: &mut [u8], n: i64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
     let mut v = n.unsigned_abs();
     loop {
         i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
+        digits[i] = b'0' + (v % 10) as u8;
         v /= 10;
         if v == 0 {
             break;
         }
     }
+    let mut at = 0;
     if n < 0 {
-        out.put_u8(b'-');
+        buf[0] = b'-';
+        at = 1;
     }
-    out.put_slice(&buf[i..]);
+    let len = digits.len() - i;
+    buf[at..at + len].copy_from_slice(&digits[i..]);
+    at + len
 }
 
 #[cfg(test)]
@@ -216,6 +240,18 @@ mod tests {
         );
         let e = Reply::Error(Error::NotFound("lease\r\nx".into()));
         assert_eq!(enc(&e, Proto::Resp3), b"-NOTFOUND lease  x\r\n");
+    }
+
+    #[test]
+    fn bulk_strings_around_the_small_size_are_identical_in_form() {
+        for len in [0, 1, 9, 10, 63, 64, 65, 200] {
+            let data = vec![b'x'; len];
+            let bytes = enc(&Reply::Bulk(Bytes::from(data.clone())), Proto::Resp2);
+            let mut want = format!("${len}\r\n").into_bytes();
+            want.extend_from_slice(&data);
+            want.extend_from_slice(b"\r\n");
+            assert_eq!(bytes, want, "length {len}");
+        }
     }
 
     #[test]
