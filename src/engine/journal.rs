@@ -272,7 +272,7 @@ pub fn apply(
                     n.lease_order.insert(serial, id);
                     n.leases.insert(
                         id,
-                        Lease {
+                        Box::new(Lease {
                             id,
                             serial,
                             process_id,
@@ -281,7 +281,7 @@ pub fn apply(
                             metadata,
                             holds: Vec::new(),
                             waits: Vec::new(),
-                        },
+                        }),
                     );
                 }
             }
@@ -315,7 +315,7 @@ pub fn apply(
                 .ok_or_else(|| missing("semaphore"))?;
             let l = n.leases.get_mut(&lease).ok_or_else(|| missing("lease"))?;
             if !s.by_lease.contains_key(&lease) {
-                l.holds.push(sem.clone());
+                l.add_hold(sem.clone());
             }
             s.set_hold(l, weight, metadata, locked_at, || token);
             if let Some(h) = s.holders.get_mut(&token) {

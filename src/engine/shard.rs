@@ -300,7 +300,12 @@ impl Shard {
         let n = self.namespaces.get_mut(&ns).expect("waiter index is exact");
         let s = n.semaphores.get_mut(&sem).expect("waiter index is exact");
         let w = s.queue.remove(&waiter).expect("waiter index is exact");
-        forget_waiter(&mut self.cx, n.leases.get_mut(&w.lease), waiter, w.deadline);
+        forget_waiter(
+            &mut self.cx,
+            n.leases.get_mut(&w.lease).map(|l| &mut **l),
+            waiter,
+            w.deadline,
+        );
         let reply = match ending {
             Ending::Silent => None,
             Ending::Outcome(o) => {
@@ -608,7 +613,7 @@ impl Shard {
             for (&w, waiter) in &s.queue {
                 forget_waiter(
                     &mut self.cx,
-                    n.leases.get_mut(&waiter.lease),
+                    n.leases.get_mut(&waiter.lease).map(|l| &mut **l),
                     w,
                     waiter.deadline,
                 );
@@ -799,7 +804,7 @@ impl Shard {
         };
         let reply = view::lease(&lease);
         self.cx.journal.push(journal::lease_put(ns, &lease));
-        n.leases.insert(id, lease);
+        n.leases.insert(id, Box::new(lease));
         n.lease_order.insert(serial, id);
         self.cx
             .timers
@@ -883,7 +888,7 @@ fn token_key(key: &[u8]) -> Result<i64, Error> {
 
 fn find_lease(n: &Namespace, lease: Option<LeaseId>) -> Result<&Lease, Error> {
     lease
-        .and_then(|id| n.leases.get(&id))
+        .and_then(|id| n.leases.get(&id).map(|l| &**l))
         .ok_or_else(|| lease_missing(&n.name))
 }
 
@@ -898,7 +903,7 @@ fn grant(
     cx: &mut Cx,
 ) -> FencingToken {
     if !s.by_lease.contains_key(&lease.id) {
-        lease.holds.push(s.name.clone());
+        lease.add_hold(s.name.clone());
     }
     let hwm = &mut cx.token_hwm;
     let token = s.set_hold(lease, weight, meta, now, || {

@@ -29,8 +29,9 @@ pub struct Namespace {
     pub updated_at: Nanos,
     /// Semaphores by name.
     pub semaphores: BTreeMap<Name, Semaphore>,
-    /// Live leases by id.
-    pub leases: FastMap<LeaseId, Lease>,
+    /// Live leases by id. Boxed: the map's buckets stay small (the table runs half empty, and
+    /// a lease is far larger than its key).
+    pub leases: FastMap<LeaseId, Box<Lease>>,
     /// Lease ids in creation order (the LEASE.LIST order; cursors carry serials, not ids).
     pub lease_order: BTreeMap<u64, LeaseId>,
     /// Next lease serial.
@@ -221,6 +222,15 @@ pub struct Lease {
     pub holds: Vec<Name>,
     /// Parked acquires under this lease.
     pub waits: Vec<WaiterId>,
+}
+
+impl Lease {
+    /// Records a new hold. Leases usually hold one or two semaphores, so the list grows one
+    /// slot at a time instead of by doubling from four.
+    pub fn add_hold(&mut self, sem: Name) {
+        self.holds.reserve_exact(1);
+        self.holds.push(sem);
+    }
 }
 
 /// A parked acquire.
