@@ -418,6 +418,20 @@ fn code_of(e: &str) -> &str {
     e.split(' ').next().unwrap_or("")
 }
 
+/// Descriptors the server has open, and its limit (soft RLIMIT_NOFILE).
+fn server_fds(pid: u32) -> (u64, u64) {
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
+    let limit = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0);
+    (open, limit)
+}
+
 fn rss_kb(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -1172,6 +1186,7 @@ struct Peaks {
     blocked: i64,
     waiters: i64,
     rss_kb: u64,
+    fds: u64,
 }
 
 async fn monitor(sh: Rc<Shared>, peaks: Rc<RefCell<Peaks>>) {
@@ -1192,6 +1207,7 @@ async fn monitor(sh: Rc<Shared>, peaks: Rc<RefCell<Peaks>>) {
                 p.blocked = p.blocked.max(num(&m, "blocked_clients"));
                 p.waiters = p.waiters.max(num(&m, "waiters"));
                 p.rss_kb = p.rss_kb.max(rss_kb(sh.cli.server_pid, "VmRSS:"));
+                p.fds = p.fds.max(server_fds(sh.cli.server_pid).0);
             }
             Err(e) => {
                 sh.violation(format!("monitor INFO: {e}"));
@@ -1306,7 +1322,12 @@ async fn run(sh: Rc<Shared>) -> io::Result<()> {
         cli.seconds
     );
     if opened != total as i64 {
-        sh.violation(format!("{opened} connections open of {total}"));
+        let (fds, limit) = server_fds(pid);
+        sh.violation(format!(
+            "{opened} connections open of {total} ({} connect failures; the server has {fds} \
+             descriptors open, its limit is {limit})",
+            sh.stats.borrow().connect_failures
+        ));
     }
     let _ = sh.start.send(true);
     let load_start = Instant::now();
@@ -1437,7 +1458,8 @@ async fn run(sh: Rc<Shared>) -> io::Result<()> {
         "soak: seconds={} connections={total} parkers={parkers} peak_connected={} peak_parked={} peak_waiters={} \
          ops={} acquired={} timed_out={} unavailable={} errors={{{}}} kills={}/{} killed_seen={} \
          unblocks={}/{} disconnects={} revokes={} updates={}/{} leases_expired={} consistency_checks={} \
-         reconnects={} connect_failures={} max_timeout_late_ms={} rss_kb(before={rss_before} peak={rss_peak} after={rss_after}) \
+         reconnects={} connect_failures={} max_timeout_late_ms={} server_fds(peak={} limit={}) \
+         rss_kb(before={rss_before} peak={rss_peak} after={rss_after}) \
          violations={}",
         cli.seconds,
         p.connected,
@@ -1462,6 +1484,8 @@ async fn run(sh: Rc<Shared>) -> io::Result<()> {
         s.connects.saturating_sub(total as u64),
         s.connect_failures,
         s.max_timeout_late_ms,
+        p.fds,
+        server_fds(pid).1,
         s.violations,
     );
     Ok(())

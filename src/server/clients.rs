@@ -22,9 +22,6 @@ pub struct Client {
     pub fd: i32,
     /// The shard thread serving the connection.
     pub shard: usize,
-    /// A duplicate handle of the socket: shutting it down ends the connection's pending read,
-    /// so the hot read path waits on nothing else.
-    sock: socket2::Socket,
     created: Instant,
     /// Milliseconds since `created` of the last command.
     last_active_ms: AtomicU64,
@@ -107,16 +104,13 @@ impl Client {
             .cmd = cmd;
     }
 
-    /// Closes the connection: its pending read ends, and a parked acquire is cancelled.
-    pub fn kill(&self) {
-        self.killed.store(true, Ordering::Release);
-        let _ = self.sock.shutdown(std::net::Shutdown::Both);
-        self.wake.notify_one();
-    }
-
-    /// Ends the connection's reading (shutdown): replies still go out, then it closes.
-    pub fn stop_reading(&self) {
-        let _ = self.sock.shutdown(std::net::Shutdown::Read);
+    /// Shuts the socket down, which ends the connection's pending read: so the hot read path
+    /// waits on the socket alone. Only called with the registry lock held (see [`Registry`]).
+    fn shutdown_socket(&self, how: std::net::Shutdown) {
+        // SAFETY: the registry lock is held, and a connection leaves the registry before its
+        // socket is closed, so `fd` is still this client's open socket.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
+        let _ = socket2::SockRef::from(&fd).shutdown(how);
     }
 
     /// The `CLIENT LIST` / `CLIENT INFO` line, in Redis's format.
@@ -171,14 +165,7 @@ pub struct Registry {
 
 impl Registry {
     /// Registers a new connection; `sock` is a duplicate handle of its socket.
-    pub fn add(
-        &self,
-        addr: SocketAddr,
-        laddr: SocketAddr,
-        sock: socket2::Socket,
-        shard: usize,
-    ) -> Arc<Client> {
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    pub fn add(&self, addr: SocketAddr, laddr: SocketAddr, fd: i32, shard: usize) -> Arc<Client> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let c = Arc::new(Client {
             id,
@@ -186,7 +173,6 @@ impl Registry {
             laddr,
             fd,
             shard,
-            sock,
             created: Instant::now(),
             last_active_ms: AtomicU64::new(0),
             names: Mutex::new(Names {
@@ -208,7 +194,29 @@ impl Registry {
         c
     }
 
-    /// Unregisters a closed connection.
+    /// Closes every connection `pick` chooses: its pending read ends, and a parked acquire is
+    /// cancelled. Returns how many.
+    pub fn kill_where(&self, pick: impl Fn(&Client) -> bool) -> usize {
+        let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut n = 0;
+        for c in clients.values().filter(|c| pick(c)) {
+            c.killed.store(true, Ordering::Release);
+            c.shutdown_socket(std::net::Shutdown::Both);
+            c.wake.notify_one();
+            n += 1;
+        }
+        n
+    }
+
+    /// Stops every connection reading (shutdown): each writes the replies it owes, then closes.
+    pub fn stop_reading_all(&self) {
+        let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        for c in clients.values() {
+            c.shutdown_socket(std::net::Shutdown::Read);
+        }
+    }
+
+    /// Unregisters a connection; it must be called before the connection's socket is closed.
     pub fn remove(&self, id: u64) {
         self.clients
             .lock()

@@ -35,24 +35,21 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves one accepted connection until it closes; `tls` connections first do the handshake.
 pub async fn serve(ctx: Rc<ShardCtx>, stream: TcpStream, tls: bool) {
-    let (Ok(addr), Ok(laddr), Ok(dup)) = (
-        stream.peer_addr(),
-        stream.local_addr(),
-        socket2::SockRef::from(&stream).try_clone(),
-    ) else {
+    let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
         return;
     };
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let g = ctx.global.clone();
     let shard = ctx.id;
     if !tls {
-        return run(ctx, stream, g.clients.add(addr, laddr, dup, shard)).await;
+        return run(ctx, stream, g.clients.add(addr, laddr, fd, shard)).await;
     }
     let Some(config) = g.tls.clone() else {
         return;
     };
     let handshake = tokio_rustls::TlsAcceptor::from(config).accept(stream);
     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake).await {
-        Ok(Ok(s)) => run(ctx, s, g.clients.add(addr, laddr, dup, shard)).await,
+        Ok(Ok(s)) => run(ctx, s, g.clients.add(addr, laddr, fd, shard)).await,
         Ok(Err(e)) => tracing::debug!(%addr, error = %e, "TLS handshake failed"),
         Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
     }
@@ -745,11 +742,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             Request::AclDelUser(names) => match self.g.acl.deluser(&names) {
                 Ok(n) => {
                     // As Redis: the connections of a deleted user are closed.
-                    for c in self.g.clients.all() {
-                        if names.iter().any(|u| u.as_bytes() == c.user().as_ref()) {
-                            c.kill();
-                        }
-                    }
+                    self.g
+                        .clients
+                        .kill_where(|c| names.iter().any(|u| u.as_bytes() == c.user().as_ref()));
                     Reply::Int(n as i64)
                 }
                 Err(e) => Reply::Error(e),
@@ -844,21 +839,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 
     fn client_kill(&self, f: &KillFilter) -> Reply {
-        let mut killed = 0;
-        for c in self.g.clients.all() {
-            let matches = f.id.is_none_or(|id| id == c.id)
+        let me = self.client.id;
+        let killed = self.g.clients.kill_where(|c| {
+            f.id.is_none_or(|id| id == c.id)
                 && f.addr
                     .as_ref()
                     .is_none_or(|a| a.as_ref() == c.addr.to_string().as_bytes())
                 && f.laddr
                     .as_ref()
                     .is_none_or(|a| a.as_ref() == c.laddr.to_string().as_bytes())
-                && f.user.as_ref().is_none_or(|u| *u == c.user());
-            if matches && !(f.skipme && c.id == self.client.id) {
-                c.kill();
-                killed += 1;
-            }
-        }
+                && f.user.as_ref().is_none_or(|u| *u == c.user())
+                && !(f.skipme && c.id == me)
+        }) as i64;
         if f.old_form {
             if killed == 0 {
                 return Reply::Error(Error::Err("No such client".into()));

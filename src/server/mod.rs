@@ -61,9 +61,7 @@ impl Global {
     /// writes the replies it owes, and closes.
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
-        for c in self.clients.all() {
-            c.stop_reading();
-        }
+        self.clients.stop_reading_all();
     }
 
     /// Whether the server is shutting down.

@@ -139,31 +139,38 @@ impl ShardCtx {
 
     /// Runs one request of this shard's namespaces.
     pub fn exec(&self, req: EngineRequest, may_wait: bool) -> Done {
-        let now = self.now();
-        let exec = self.engine.borrow_mut().execute(now, req, may_wait);
-        let done = match exec {
+        let done = self.exec_at(self.now(), req, may_wait);
+        self.settle();
+        done
+    }
+
+    /// Runs one request at `now`; the caller settles.
+    fn exec_at(&self, now: Nanos, req: EngineRequest, may_wait: bool) -> Done {
+        match self.engine.borrow_mut().execute(now, req, may_wait) {
             Exec::Reply(r) => Done::Reply(r),
             Exec::Parked(id) => {
                 let (tx, rx) = oneshot::channel();
                 self.parked.borrow_mut().insert(id, tx);
                 Done::Parked(rx, id)
             }
-        };
-        self.settle();
-        done
+        }
     }
 
-    /// Runs requests in order, stopping after the first that parks.
+    /// Runs requests in order, stopping after the first that parks. They all run at one
+    /// instant: nothing (an expiry, a time-out) happens between two of them, which is what makes
+    /// a MULTI/EXEC atomic.
     pub fn exec_batch(&self, reqs: Vec<EngineRequest>, may_wait: bool) -> Vec<Done> {
+        let now = self.now();
         let mut out = Vec::with_capacity(reqs.len());
         for r in reqs {
-            let d = self.exec(r, may_wait);
+            let d = self.exec_at(now, r, may_wait);
             let parked = matches!(d, Done::Parked(..));
             out.push(d);
             if parked {
                 break;
             }
         }
+        self.settle();
         out
     }
 
