@@ -3,6 +3,10 @@
 use clap::Parser;
 use permitd::config::Config;
 
+/// The server's allocator gives freed memory back to the OS (see Cargo.toml).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     // `--print-command-docs` writes the command reference generated from the command table.
     if std::env::args().nth(1).as_deref() == Some("--print-command-docs") {
