@@ -244,6 +244,15 @@ const ACL_R: &[&str] = &["@read", "@semaphore", "@fast"];
 const ACL_CONN: &[&str] = &["@fast", "@connection"];
 const ACL_ADMIN: &[&str] = &["@admin", "@slow", "@dangerous"];
 const CONNF: &[&str] = &["noscript", "loading", "stale", "fast"];
+/// Flags of the commands a client may send before it authenticates.
+const NO_AUTH_F: &[&str] = &[
+    "noscript",
+    "loading",
+    "stale",
+    "fast",
+    "no-auth",
+    "allow-busy",
+];
 
 static CLIENT_SUBS: &[CommandSpec] = &[
     spec(
@@ -766,14 +775,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "quit",
         Cmd::Quit,
         -1,
-        &[
-            "noscript",
-            "loading",
-            "stale",
-            "fast",
-            "no-auth",
-            "allow-busy",
-        ],
+        NO_AUTH_F,
         &["@fast", "@connection"],
         0,
         CONN,
@@ -784,14 +786,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "reset",
         Cmd::Reset,
         1,
-        &[
-            "noscript",
-            "loading",
-            "stale",
-            "fast",
-            "no-auth",
-            "allow-busy",
-        ],
+        NO_AUTH_F,
         &["@fast", "@connection"],
         0,
         CONN,
@@ -813,14 +808,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "auth",
         Cmd::Auth,
         -2,
-        &[
-            "noscript",
-            "loading",
-            "stale",
-            "fast",
-            "no-auth",
-            "allow-busy",
-        ],
+        NO_AUTH_F,
         &["@fast", "@connection"],
         0,
         CONN,
@@ -841,14 +829,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "hello",
         Cmd::Hello,
         -1,
-        &[
-            "noscript",
-            "loading",
-            "stale",
-            "fast",
-            "no-auth",
-            "allow-busy",
-        ],
+        NO_AUTH_F,
         &["@fast", "@connection"],
         0,
         CONN,

@@ -395,21 +395,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         reqs: Vec<EngineRequest>,
         may_wait: bool,
     ) -> Vec<Done> {
-        let (tx, rx) = oneshot::channel();
-        let msg = ShardMsg::Exec {
+        let msg = |reply| ShardMsg::Exec {
             reqs,
             may_wait,
-            reply: tx,
+            reply,
         };
-        if self.g.shards[shard].send(msg).is_err() {
-            return Vec::new();
-        }
-        match rx.await {
-            Ok((done, lsn)) => {
+        match ask(&self.g, shard, msg).await {
+            Some((done, lsn)) => {
                 self.note(shard, lsn);
                 done
             }
-            Err(_) => Vec::new(),
+            None => Vec::new(),
         }
     }
 
@@ -481,59 +477,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         if shard == self.ctx.id {
             return self.ctx.cancel(waiter, why);
         }
-        let (tx, rx) = oneshot::channel();
-        let msg = ShardMsg::Cancel {
-            waiter,
-            why,
-            reply: tx,
-        };
-        if self.g.shards[shard].send(msg).is_err() {
-            return false;
-        }
-        rx.await.unwrap_or(false)
+        let msg = |reply| ShardMsg::Cancel { waiter, why, reply };
+        ask(&self.g, shard, msg).await.unwrap_or(false)
     }
 
     /// NS.LIST: every shard's part, merged in name order.
     async fn ns_list(&mut self, page: Page) -> Reply {
-        let mut waits = Vec::with_capacity(self.g.shards.len());
-        for (shard, s) in self.g.shards.iter().enumerate() {
-            let (tx, rx) = oneshot::channel();
-            let msg = ShardMsg::NsList {
-                page: page.clone(),
-                // Only the namespaces the user may see; filtered on the shards so that pages
-                // stay full.
-                visible_to: self.user.clone().filter(|u| !u.sees_all()),
-                reply: tx,
-            };
-            if s.send(msg).is_ok() {
-                waits.push((shard, rx));
-            }
-        }
-        let mut parts = Vec::with_capacity(waits.len());
-        for (shard, rx) in waits {
-            if let Ok((p, lsn)) = rx.await {
-                // The page may show changes of that shard that are not durable yet.
-                self.note(shard, lsn);
-                parts.push(p);
-            }
+        // Only the namespaces the user may see; filtered on the shards so that pages stay full.
+        let visible_to = self.user.clone().filter(|u| !u.sees_all());
+        let answers = ask_all(&self.g, |reply| ShardMsg::NsList {
+            page: page.clone(),
+            visible_to: visible_to.clone(),
+            reply,
+        })
+        .await;
+        let mut parts = Vec::with_capacity(answers.len());
+        for (shard, (p, lsn)) in answers {
+            // The page may show changes of that shard that are not durable yet.
+            self.note(shard, lsn);
+            parts.push(p);
         }
         ns_page_reply(merge_ns_pages(parts, &page))
     }
 
     async fn info(&self, sections: &[Bytes]) -> Reply {
-        let mut waits = Vec::with_capacity(self.g.shards.len());
-        for s in &self.g.shards {
-            let (tx, rx) = oneshot::channel();
-            if s.send(ShardMsg::Info { reply: tx }).is_ok() {
-                waits.push(rx);
-            }
-        }
-        let mut parts = Vec::new();
-        for rx in waits {
-            if let Ok(p) = rx.await {
-                parts.push(p);
-            }
-        }
+        let answers = ask_all(&self.g, |reply| ShardMsg::Info { reply }).await;
+        let parts: Vec<_> = answers.into_iter().map(|(_, p)| p).collect();
         let totals = info::sum(&parts);
         Reply::Verbatim(info::info_text(&self.g, sections, totals).into())
     }
@@ -859,6 +828,36 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
         Reply::Int(killed)
     }
+}
+
+/// Sends shard `shard` a message carrying a reply channel and waits for the answer (`None` when
+/// the shard is gone, at shutdown).
+async fn ask<T>(
+    g: &Global,
+    shard: usize,
+    msg: impl FnOnce(oneshot::Sender<T>) -> ShardMsg,
+) -> Option<T> {
+    let (tx, rx) = oneshot::channel();
+    g.shards[shard].send(msg(tx)).ok()?;
+    rx.await.ok()
+}
+
+/// Asks every shard at once, then gathers the answers with their shard's index.
+async fn ask_all<T>(g: &Global, msg: impl Fn(oneshot::Sender<T>) -> ShardMsg) -> Vec<(usize, T)> {
+    let mut waits = Vec::with_capacity(g.shards.len());
+    for (shard, inbox) in g.shards.iter().enumerate() {
+        let (tx, rx) = oneshot::channel();
+        if inbox.send(msg(tx)).is_ok() {
+            waits.push((shard, rx));
+        }
+    }
+    let mut answers = Vec::with_capacity(waits.len());
+    for (shard, rx) in waits {
+        if let Ok(a) = rx.await {
+            answers.push((shard, a));
+        }
+    }
+    answers
 }
 
 /// Whether `user` may run `spec` with these arguments (its namespace is the first key).
