@@ -182,14 +182,11 @@ fn ns_missing(ns: &str) -> Error {
 }
 
 fn field<'a>(r: &'a Reply, key: &str) -> &'a Reply {
-    match r {
-        Reply::Map(pairs) => pairs
-            .iter()
-            .find(|(k, _)| matches!(k, Reply::Bulk(b) if b == key.as_bytes()))
-            .map(|(_, v)| v)
-            .unwrap_or_else(|| panic!("no field {key} in {r:?}")),
-        other => panic!("not a map: {other:?}"),
+    if !matches!(r, Reply::Map(_)) {
+        panic!("not a map: {r:?}");
     }
+    r.field(key)
+        .unwrap_or_else(|| panic!("no field {key} in {r:?}"))
 }
 
 fn int(r: &Reply, key: &str) -> i64 {

@@ -222,13 +222,7 @@ fn fail(code: &str, kind: &'static str) -> Got {
 }
 
 fn field<'a>(r: &'a Reply, key: &str) -> Option<&'a Reply> {
-    match r {
-        Reply::Map(pairs) => pairs
-            .iter()
-            .find(|(k, _)| matches!(k, Reply::Bulk(b) if b == key.as_bytes()))
-            .map(|(_, v)| v),
-        _ => None,
-    }
+    r.field(key)
 }
 
 fn int(r: &Reply, key: &str) -> i64 {

@@ -495,13 +495,7 @@ fn name(s: &str) -> Name {
 }
 
 fn field<'a>(r: &'a Reply, key: &str) -> Option<&'a Reply> {
-    match r {
-        Reply::Map(pairs) => pairs
-            .iter()
-            .find(|(k, _)| matches!(k, Reply::Bulk(b) if b == key.as_bytes()))
-            .map(|(_, v)| v),
-        _ => None,
-    }
+    r.field(key)
 }
 
 fn int_field(r: &Reply, key: &str) -> i64 {

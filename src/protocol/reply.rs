@@ -72,6 +72,17 @@ impl Reply {
         )
     }
 
+    /// The value of field `name` of a map reply (`None` for a missing field or a non-map).
+    pub fn field(&self, name: &str) -> Option<&Reply> {
+        match self {
+            Reply::Map(pairs) => pairs
+                .iter()
+                .find(|(k, _)| matches!(k, Reply::Bulk(b) if b == name.as_bytes()))
+                .map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
     /// Whether this reply is an error.
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
