@@ -127,16 +127,17 @@ pub enum Record {
     },
 }
 
-/// Records of the current state of `n` (used for snapshots and their tests).
-pub fn namespace_records(n: &Namespace, out: &mut Vec<Record>) {
-    out.push(ns_put(n));
+/// Hands `out` the records that rebuild the current state of `n`, one at a time (a snapshot
+/// never holds them all at once).
+pub fn namespace_records(n: &Namespace, out: &mut impl FnMut(Record)) {
+    out(ns_put(n));
     for l in n.lease_order.values().map(|id| &n.leases[id]) {
-        out.push(lease_put(&n.name, l));
+        out(lease_put(&n.name, l));
     }
     for s in n.semaphores.values() {
-        out.push(sem_put(&n.name, s));
+        out(sem_put(&n.name, s));
         for (token, h) in &s.holders {
-            out.push(Record::HoldSet {
+            out(Record::HoldSet {
                 ns: n.name.clone(),
                 sem: s.name.clone(),
                 lease: h.lease,

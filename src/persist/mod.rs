@@ -13,7 +13,9 @@ pub mod snapshot;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -21,6 +23,7 @@ use bytes::{Bytes, BytesMut};
 use crate::engine::journal::{apply, Record};
 use crate::engine::state::Namespace;
 use crate::engine::types::{FencingToken, Name};
+use snapshot::Piece;
 
 /// When the log is flushed to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -188,8 +191,7 @@ pub fn load(dir: &Path, shards: usize, repair: bool) -> Result<Loaded, String> {
     }
     fs::create_dir_all(&new_dir).map_err(io)?;
     for (i, st) in states.iter().enumerate() {
-        let bytes = snapshot::encode(&st.namespaces, st.hwm, 0);
-        write_file_synced(&snap_path(&new_dir, i), &bytes).map_err(io)?;
+        save_snapshot(&snap_path(&new_dir, i), &st.namespaces, st.hwm, 0).map_err(io)?;
         File::create(log_path(&new_dir, i))
             .and_then(|f| f.sync_all())
             .map_err(io)?;
@@ -210,10 +212,19 @@ pub fn load(dir: &Path, shards: usize, repair: bool) -> Result<Loaded, String> {
 
 /// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, directory fsync.
 pub fn write_file_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace_synced(path, |f| f.write_all(bytes))
+}
+
+/// Replaces `path` atomically by what `fill` writes: a temporary file, fsync, rename,
+/// directory fsync.
+fn replace_synced(
+    path: &Path,
+    fill: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     {
         let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
+        fill(&mut f)?;
         f.sync_all()?;
     }
     fs::rename(&tmp, path)?;
@@ -221,6 +232,46 @@ pub fn write_file_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         sync_dir(parent)?;
     }
     Ok(())
+}
+
+/// Pieces of a snapshot on their way from the encoding thread to its writer. The bound keeps
+/// a few MiB in flight: the encoder waits for the disk rather than buffer the whole state.
+pub fn snapshot_channel() -> (SyncSender<Piece>, Receiver<Piece>) {
+    std::sync::mpsc::sync_channel(4)
+}
+
+/// Writes a snapshot file from its pieces (blocking): room for the header, the body as it
+/// arrives, then the header in its place. Fails, leaving `path` as it was, when the pieces end
+/// without a header (the encoder stopped).
+pub fn write_snapshot(path: &Path, pieces: impl IntoIterator<Item = Piece>) -> std::io::Result<()> {
+    replace_synced(path, |f| {
+        f.write_all(&[0; snapshot::HEADER_LEN])?;
+        for p in pieces {
+            match p {
+                Piece::Body(b) => f.write_all(&b)?,
+                Piece::Header(h) => return f.write_all_at(&h, 0),
+            }
+        }
+        Err(std::io::Error::other(
+            "the snapshot's encoding stopped early",
+        ))
+    })
+}
+
+/// Encodes a snapshot on this thread while a scoped thread writes it (used at start-up).
+pub fn save_snapshot(
+    path: &Path,
+    namespaces: &BTreeMap<Name, Namespace>,
+    hwm: FencingToken,
+    lsn: u64,
+) -> std::io::Result<()> {
+    let (tx, rx) = snapshot_channel();
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| write_snapshot(path, rx));
+        snapshot::encode(namespaces, hwm, lsn, |p| tx.send(p).is_ok());
+        drop(tx);
+        writer.join().expect("the snapshot writer does not panic")
+    })
 }
 
 /// Counters reported by INFO's `# Persistence`.
@@ -345,8 +396,12 @@ pub fn write_batch(file: &File, bytes: &[u8], sync: bool) -> std::io::Result<()>
 
 /// Installs a snapshot (blocking) and empties the log it makes redundant. A crash between the
 /// two leaves log records at or below the snapshot's LSN, which replay skips.
-pub fn install_snapshot(path: &Path, bytes: &[u8], log: &File) -> std::io::Result<()> {
-    write_file_synced(path, bytes)?;
+pub fn install_snapshot(
+    path: &Path,
+    pieces: impl IntoIterator<Item = Piece>,
+    log: &File,
+) -> std::io::Result<()> {
+    write_snapshot(path, pieces)?;
     log.set_len(0)?;
     log.sync_all()
 }
@@ -442,8 +497,8 @@ mod tests {
         let (nss, live_hwm) = live.state();
         assert_eq!(hwm, live_hwm);
         assert_eq!(
-            snapshot::encode(&replayed, hwm, 7),
-            snapshot::encode(nss, live_hwm, 7)
+            snapshot::to_bytes(&replayed, hwm, 7),
+            snapshot::to_bytes(nss, live_hwm, 7)
         );
     }
 
@@ -466,8 +521,12 @@ mod tests {
         }
         let snap_lsn = store.append(head.to_vec());
         let _ = store.take();
-        let snap = snapshot::encode(&snap_state, hwm, snap_lsn);
-        install_snapshot(&store.snapshot_path(), &snap, &store.file()).unwrap();
+        let mut pieces = Vec::new();
+        snapshot::encode(&snap_state, hwm, snap_lsn, |p| {
+            pieces.push(p);
+            true
+        });
+        install_snapshot(&store.snapshot_path(), pieces, &store.file()).unwrap();
         store.append(tail.to_vec());
         let batch = store.take();
         write_batch(&store.file(), &batch.bytes, true).unwrap();
@@ -478,8 +537,8 @@ mod tests {
             let (nss, live_hwm) = live.state();
             assert_eq!(again.shards[home].hwm, live_hwm);
             assert_eq!(
-                snapshot::encode(&again.shards[home].namespaces, 0, 0),
-                snapshot::encode(nss, 0, 0),
+                snapshot::to_bytes(&again.shards[home].namespaces, 0, 0),
+                snapshot::to_bytes(nss, 0, 0),
                 "state after reloading with {shards} shards"
             );
         }

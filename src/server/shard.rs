@@ -345,24 +345,30 @@ impl ShardCtx {
     async fn snapshot(&self) {
         let started = Instant::now();
         self.settle();
-        let (bytes, lsn) = {
-            let engine = self.engine.borrow();
-            let (namespaces, hwm) = engine.state();
-            let lsn = self.last_lsn();
-            (persist::snapshot::encode(namespaces, hwm, lsn), lsn)
-        };
-        let pause = started.elapsed();
+        let lsn = self.last_lsn();
         let (path, file) = {
             let mut store = self.store.borrow_mut();
             // Everything pending is inside the snapshot.
             let _ = store.take();
             (store.snapshot_path(), store.file())
         };
-        let size = bytes.len();
-        let res =
-            tokio::task::spawn_blocking(move || persist::install_snapshot(&path, &bytes, &file))
-                .await;
-        fatal_if_failed(res, "write a snapshot");
+        let (tx, rx) = persist::snapshot_channel();
+        let writer =
+            tokio::task::spawn_blocking(move || persist::install_snapshot(&path, rx, &file));
+        let mut size = persist::snapshot::HEADER_LEN;
+        {
+            let engine = self.engine.borrow();
+            let (namespaces, hwm) = engine.state();
+            persist::snapshot::encode(namespaces, hwm, lsn, |p| {
+                if let persist::snapshot::Piece::Body(b) = &p {
+                    size += b.len();
+                }
+                tx.send(p).is_ok()
+            });
+        }
+        drop(tx);
+        let pause = started.elapsed();
+        fatal_if_failed(writer.await, "write a snapshot");
         let mut store = self.store.borrow_mut();
         store.stats.log_bytes = 0;
         store.stats.snapshots += 1;
