@@ -1070,6 +1070,7 @@ fn check_state(shard: &mut Shard, m: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(shard.counts(), m.counts());
     prop_assert_eq!(shard.stats(), m.stats);
     prop_assert_eq!(shard.next_deadline(), m.next_due(), "pending timers");
+    shard.check();
     let Some(n) = &m.ns else {
         prop_assert_eq!(ns_reply, not_found("namespace"));
         return Ok(());

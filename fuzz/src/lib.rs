@@ -634,7 +634,7 @@ impl Harness {
                 let (nss, _) = self.shard.state();
                 let live: Vec<LeaseId> = nss
                     .get(&name(NSS[ns]))
-                    .map(|n| n.lease_order.values().copied().collect())
+                    .map(|n| n.leases.iter().map(|(_, l)| l.id).collect())
                     .unwrap_or_default();
                 if live.is_empty() {
                     Some(known[b as usize % known.len()])
@@ -649,9 +649,9 @@ impl Harness {
     fn held_by(&self, ns: usize, sem: usize, lease: Option<LeaseId>) -> Option<(i64, i64)> {
         let (nss, _) = self.shard.state();
         let s = nss.get(&name(NSS[ns]))?.semaphores.get(&name(SEMS[sem]))?;
-        let id = lease?;
-        let token = *s.by_lease.get(&id)?;
-        Some((s.holders[&token].weight, token))
+        let l = nss.get(&name(NSS[ns]))?.leases.by_id(&lease?)?;
+        let token = l.hold_on(s.key)?;
+        Some((s.holders.get(token)?.weight, token))
     }
 
     fn queue_len(&self, ns: usize, sem: usize) -> usize {
@@ -1055,7 +1055,13 @@ impl Harness {
     fn check(&mut self, advanced: bool) {
         self.drain();
         self.replay();
+        self.shard.check();
         let now = self.now;
+        if advanced {
+            if let Some(t) = self.shard.next_deadline() {
+                assert!(t > now, "a timer due at {t} has not fired at {now}");
+            }
+        }
         let limits = self.limits.clone();
         let (nss, hwm) = self.shard.state();
         let mut waiters = 0;
@@ -1067,36 +1073,17 @@ impl Harness {
             let ni = ns_index(nname);
             leases_total += n.leases.len();
             semaphores_total += n.semaphores.len();
-            assert_eq!(n.leases.len(), n.lease_order.len());
-            for (serial, id) in &n.lease_order {
-                let l = &n.leases[id];
-                assert_eq!(l.serial, *serial);
-                assert!(*serial < n.next_lease_serial);
+            let mut serial = None;
+            for (_, l) in n.leases.iter() {
+                assert!(serial < Some(l.serial), "leases out of creation order");
+                serial = Some(l.serial);
                 if advanced {
                     assert!(l.expires_at > now, "a dead lease is still there");
-                }
-                // The lease's own lists mirror the semaphores.
-                for sem in &l.holds {
-                    let s = n
-                        .semaphores
-                        .get(sem)
-                        .expect("a lease holds a missing semaphore");
-                    assert!(s.by_lease.contains_key(id));
-                }
-                let holds: BTreeSet<&Name> = l.holds.iter().collect();
-                assert_eq!(holds.len(), l.holds.len(), "a lease lists a hold twice");
-                for w in &l.waits {
-                    assert!(
-                        n.semaphores
-                            .values()
-                            .any(|s| s.queue.get(w).is_some_and(|x| x.lease == *id)),
-                        "a lease lists waiter {w} that is not queued for it"
-                    );
                 }
             }
             for (sname, s) in &n.semaphores {
                 let si = sem_index(sname);
-                let sum: i64 = s.holders.values().map(|h| h.weight).sum();
+                let sum: i64 = s.holders.iter().map(|h| h.weight).sum();
                 assert_eq!(
                     s.active_holds, sum,
                     "active_holds is not the sum of the weights"
@@ -1107,19 +1094,16 @@ impl Harness {
                     s.active_holds,
                     s.permits
                 );
-                assert_eq!(s.holders.len(), s.by_lease.len());
                 assert!(s.holders.len() <= limits.max_holders_per_semaphore);
                 holders_total += s.holders.len();
-                for (token, h) in &s.holders {
+                for h in s.holders.iter() {
+                    let token = &h.token;
                     assert!(h.weight > 0 && h.weight <= s.permits);
                     assert!(*token <= hwm, "token above the high-water mark");
-                    assert_eq!(s.by_lease.get(&h.lease), Some(token));
                     let l = n
                         .leases
-                        .get(&h.lease)
+                        .get(h.lease)
                         .expect("a holder of a lease that is gone");
-                    assert!(l.holds.contains(sname), "the lease does not list its hold");
-                    assert_eq!(h.process_id, l.process_id);
                     if advanced {
                         assert!(l.expires_at > now, "a holder of a dead lease");
                     }
@@ -1138,7 +1122,7 @@ impl Harness {
                         head.weight <= s.permits,
                         "head waiter heavier than the permits"
                     );
-                    let held = s.held_by(&head.lease);
+                    let held = s.held_by(&n.leases[head.lease]);
                     let fits = s.available() >= head.weight - held.unwrap_or(0);
                     let quota =
                         held.is_none() && s.holders.len() >= limits.max_holders_per_semaphore;
@@ -1150,11 +1134,6 @@ impl Harness {
                         self.parked.get(w) == Some(&(ni, si)),
                         "queued waiter {w} unknown"
                     );
-                    let l = n
-                        .leases
-                        .get(&q.lease)
-                        .expect("a waiter of a lease that is gone");
-                    assert!(l.waits.contains(w));
                     assert!(q.weight > 0);
                     if advanced {
                         assert!(q.deadline > now, "waiter {w} past its deadline");
@@ -1174,11 +1153,6 @@ impl Harness {
         assert_eq!(c.holders as usize, holders_total);
         assert_eq!(c.leases as usize, leases_total);
         assert_eq!(c.semaphores as usize, semaphores_total);
-        if advanced {
-            if let Some(t) = self.shard.next_deadline() {
-                assert!(t > now, "a timer due at {t} has not fired at {now}");
-            }
-        }
         // The journal replayed gives the same state (queues are not journaled).
         assert!(
             self.replica_hwm <= hwm,
@@ -1213,16 +1187,37 @@ fn compare_states(a: &BTreeMap<Name, Namespace>, b: &BTreeMap<Name, Namespace>) 
             ),
             "replay: namespace {k:?}"
         );
-        assert_eq!(x.lease_order, y.lease_order, "replay: lease order");
-        for (id, l) in &x.leases {
-            let m = y.leases.get(id).expect("replay: lease missing");
-            let mut h1 = l.holds.clone();
-            let mut h2 = m.holds.clone();
-            h1.sort();
-            h2.sort();
+        // Handles and keys are each shard's own: leases and holds compare by id and name.
+        let order = |n: &Namespace| -> Vec<(u64, LeaseId)> {
+            n.leases.iter().map(|(_, l)| (l.serial, l.id)).collect()
+        };
+        assert_eq!(order(x), order(y), "replay: lease order");
+        let holds = |n: &Namespace, l: &permitd::engine::state::Lease| {
+            let mut h: Vec<(Name, i64)> = l
+                .holds
+                .iter()
+                .map(|(k, t)| (n.sem_keys.get(*k).expect("live").clone(), *t))
+                .collect();
+            h.sort();
+            h
+        };
+        for (_, l) in x.leases.iter() {
+            let m = y.leases.by_id(&l.id).expect("replay: lease missing");
             assert_eq!(
-                (&l.process_id, l.created_at, l.expires_at, &l.metadata, h1),
-                (&m.process_id, m.created_at, m.expires_at, &m.metadata, h2),
+                (
+                    &l.process_id,
+                    l.created_at,
+                    l.expires_at,
+                    &l.metadata,
+                    holds(x, l)
+                ),
+                (
+                    &m.process_id,
+                    m.created_at,
+                    m.expires_at,
+                    &m.metadata,
+                    holds(y, m)
+                ),
                 "replay: lease"
             );
         }
@@ -1256,22 +1251,21 @@ fn compare_states(a: &BTreeMap<Name, Namespace>, b: &BTreeMap<Name, Namespace>) 
                 ),
                 "replay: semaphore {sn:?}"
             );
-            let hs = |s: &permitd::engine::state::Semaphore| {
+            let hs = |n: &Namespace, s: &permitd::engine::state::Semaphore| {
                 s.holders
                     .iter()
-                    .map(|(t, h)| {
+                    .map(|h| {
                         (
-                            *t,
-                            h.lease,
+                            h.token,
+                            n.leases[h.lease].id,
                             h.weight,
                             h.locked_at,
                             h.metadata.clone(),
-                            h.process_id.clone(),
                         )
                     })
                     .collect::<Vec<_>>()
             };
-            assert_eq!(hs(s), hs(t), "replay: holders of {sn:?}");
+            assert_eq!(hs(x, s), hs(y, t), "replay: holders of {sn:?}");
         }
     }
 }

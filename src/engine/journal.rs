@@ -131,18 +131,18 @@ pub enum Record {
 /// never holds them all at once).
 pub fn namespace_records(n: &Namespace, out: &mut impl FnMut(Record)) {
     out(ns_put(n));
-    for l in n.lease_order.values().map(|id| &n.leases[id]) {
+    for (_, l) in n.leases.iter() {
         out(lease_put(&n.name, l));
     }
     for s in n.semaphores.values() {
         out(sem_put(&n.name, s));
-        for (token, h) in &s.holders {
+        for h in s.holders.iter() {
             out(Record::HoldSet {
                 ns: n.name.clone(),
                 sem: s.name.clone(),
-                lease: h.lease,
+                lease: n.leases[h.lease].id,
                 weight: h.weight,
-                token: *token,
+                token: h.token,
                 locked_at: h.locked_at,
                 metadata: h.metadata.clone(),
                 at: s.last_activity_at,
@@ -184,7 +184,7 @@ pub fn lease_put(ns: &Name, l: &Lease) -> Record {
         ns: ns.clone(),
         id: l.id,
         serial: l.serial,
-        process_id: l.process_id.clone(),
+        process_id: Bytes::copy_from_slice(&l.process_id),
         created_at: l.created_at,
         expires_at: l.expires_at,
         metadata: l.metadata.clone(),
@@ -235,9 +235,13 @@ pub fn apply(
             last_activity_at,
         } => {
             let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
-            let s = n.semaphores.entry(name.clone()).or_insert_with(|| {
-                Semaphore::new(name, permits, Bytes::new(), Metadata::default(), created_at)
-            });
+            let s = if n.semaphores.contains_key(&name) {
+                n.semaphores.get_mut(&name).expect("just checked")
+            } else {
+                let new =
+                    Semaphore::new(name, permits, Bytes::new(), Metadata::default(), created_at);
+                n.add_semaphore(new)
+            };
             s.description = description;
             s.metadata = metadata;
             s.permits = permits;
@@ -248,11 +252,9 @@ pub fn apply(
         }
         Record::SemDel { ns, name } => {
             let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
-            if let Some(s) = n.semaphores.remove(&name) {
-                for h in s.holders.values() {
-                    if let Some(l) = n.leases.get_mut(&h.lease) {
-                        l.holds.retain(|x| *x != name);
-                    }
+            if let Some(s) = n.remove_semaphore(&name) {
+                for h in s.holders.iter() {
+                    n.leases[h.lease].holds.retain(|(x, _)| *x != s.key);
                 }
             }
         }
@@ -266,34 +268,30 @@ pub fn apply(
             metadata,
         } => {
             let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
-            n.next_lease_serial = n.next_lease_serial.max(serial + 1);
-            match n.leases.get_mut(&id) {
-                Some(l) => l.expires_at = expires_at,
+            match n.leases.find(&id) {
+                Some(r) => n.leases[r].expires_at = expires_at,
                 None => {
-                    n.lease_order.insert(serial, id);
-                    n.leases.insert(
+                    n.leases.insert(Lease {
                         id,
-                        Box::new(Lease {
-                            id,
-                            serial,
-                            process_id,
-                            created_at,
-                            expires_at,
-                            metadata,
-                            holds: Vec::new(),
-                            waits: Vec::new(),
-                        }),
-                    );
+                        serial,
+                        process_id: Box::from(&process_id[..]),
+                        created_at,
+                        expires_at,
+                        metadata,
+                        holds: Vec::new(),
+                    });
                 }
             }
         }
         Record::LeaseDel { ns, id } => {
             let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
-            if let Some(l) = n.leases.remove(&id) {
-                n.lease_order.remove(&l.serial);
-                for sem in &l.holds {
-                    if let Some(s) = n.semaphores.get_mut(sem) {
-                        s.remove_hold(&id);
+            if let Some(l) = n.leases.find(&id).and_then(|r| n.leases.remove(r)) {
+                for (sem, token) in l.holds {
+                    if let Some(s) = n.sem_keys.get(sem).cloned() {
+                        n.semaphores
+                            .get_mut(&s)
+                            .expect("keys name live semaphores")
+                            .remove_holder(token);
                     }
                 }
             }
@@ -314,12 +312,9 @@ pub fn apply(
                 .semaphores
                 .get_mut(&sem)
                 .ok_or_else(|| missing("semaphore"))?;
-            let l = n.leases.get_mut(&lease).ok_or_else(|| missing("lease"))?;
-            if !s.by_lease.contains_key(&lease) {
-                l.add_hold(sem.clone());
-            }
-            s.set_hold(l, weight, metadata, locked_at, || token);
-            if let Some(h) = s.holders.get_mut(&token) {
+            let r = n.leases.find(&lease).ok_or_else(|| missing("lease"))?;
+            s.set_hold(r, &mut n.leases[r], weight, metadata, locked_at, || token);
+            if let Some(h) = s.holders.get_mut(token) {
                 h.locked_at = locked_at;
             }
             s.last_activity_at = at;
@@ -330,11 +325,10 @@ pub fn apply(
                 .semaphores
                 .get_mut(&sem)
                 .ok_or_else(|| missing("semaphore"))?;
-            s.remove_hold(&lease);
-            s.last_activity_at = at;
-            if let Some(l) = n.leases.get_mut(&lease) {
-                l.holds.retain(|x| *x != sem);
+            if let Some(r) = n.leases.find(&lease) {
+                s.remove_hold(&mut n.leases[r]);
             }
+            s.last_activity_at = at;
         }
         Record::Touch { ns, sem, at } => {
             let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;

@@ -2,9 +2,11 @@
 //! acquires. No clock, no socket: `now` comes in with every call.
 
 pub mod journal;
+pub mod leases;
 pub mod page;
 pub mod shard;
 pub mod state;
+pub mod timers;
 pub mod types;
 pub mod view;
 

@@ -140,23 +140,49 @@ pub struct PageOf<K, T> {
     pub prev: Option<K>,
 }
 
+/// A collection in key order that pages are taken from.
+pub trait Ordered {
+    /// The key a cursor carries.
+    type Key: Ord + Clone;
+    /// An item.
+    type Item;
+    /// The items whose keys are within the bounds, in key order, each with its key.
+    fn within<'a>(
+        &'a self,
+        lower: Bound<&Self::Key>,
+        upper: Bound<&Self::Key>,
+    ) -> impl DoubleEndedIterator<Item = (&'a Self::Key, &'a Self::Item)>;
+}
+
+impl<K: Ord + Clone, V> Ordered for BTreeMap<K, V> {
+    type Key = K;
+    type Item = V;
+    fn within<'a>(
+        &'a self,
+        lower: Bound<&K>,
+        upper: Bound<&K>,
+    ) -> impl DoubleEndedIterator<Item = (&'a K, &'a V)> {
+        self.range::<K, _>((lower, upper))
+    }
+}
+
 /// Takes the page `(dir, from)` of `limit` items of `map` that pass `keep`.
 ///
 /// `from` is `None` for the first page. Items are rendered with `render`.
-pub fn take_page<K: Ord + Clone, V, T>(
-    map: &BTreeMap<K, V>,
-    from: Option<(Dir, K)>,
+pub fn take_page<M: Ordered, T>(
+    map: &M,
+    from: Option<(Dir, M::Key)>,
     limit: usize,
-    keep: impl Fn(&V) -> bool,
-    render: impl Fn(&K, &V) -> T,
-) -> PageOf<K, T> {
+    keep: impl Fn(&M::Item) -> bool,
+    render: impl Fn(&M::Key, &M::Item) -> T,
+) -> PageOf<M::Key, T> {
     let (dir, lower, upper) = match &from {
         None => (Dir::Next, Bound::Unbounded, Bound::Unbounded),
-        Some((Dir::Next, k)) => (Dir::Next, Bound::Excluded(k.clone()), Bound::Unbounded),
-        Some((Dir::Prev, k)) => (Dir::Prev, Bound::Unbounded, Bound::Excluded(k.clone())),
+        Some((Dir::Next, k)) => (Dir::Next, Bound::Excluded(k), Bound::Unbounded),
+        Some((Dir::Prev, k)) => (Dir::Prev, Bound::Unbounded, Bound::Excluded(k)),
     };
-    let range = map.range((lower, upper)).filter(|(_, v)| keep(v));
-    let mut picked: Vec<(&K, &V)> = match dir {
+    let range = map.within(lower, upper).filter(|(_, v)| keep(v));
+    let mut picked: Vec<(&M::Key, &M::Item)> = match dir {
         Dir::Next => range.take(limit + 1).collect(),
         Dir::Prev => range.rev().take(limit + 1).collect(),
     };
@@ -166,13 +192,13 @@ pub fn take_page<K: Ord + Clone, V, T>(
         picked.reverse();
     }
     // Whether anything lies on the cursor's own side (behind the page's start).
-    let behind = |k: &K| -> bool {
+    let behind = |k: &M::Key| -> bool {
         match dir {
             Dir::Next => map
-                .range((Bound::Unbounded, Bound::Excluded(k.clone())))
+                .within(Bound::Unbounded, Bound::Excluded(k))
                 .any(|(_, v)| keep(v)),
             Dir::Prev => map
-                .range((Bound::Excluded(k.clone()), Bound::Unbounded))
+                .within(Bound::Excluded(k), Bound::Unbounded)
                 .any(|(_, v)| keep(v)),
         }
     };

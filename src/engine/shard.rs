@@ -4,15 +4,17 @@
 //! [`Shard::advance`] when [`Shard::next_deadline`] comes, and delivers the replies of parked
 //! acquires that [`Shard::take_outbox`] hands back (grants, time-outs, errors).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::journal::{self, Record};
+use super::leases::LeaseRef;
 use super::page::{take_page, CursorKind, Dir, Page, PageOf};
-use super::state::{FastMap, Lease, Namespace, Semaphore, Waiter, WaiterId};
+use super::state::{FastMap, Keys, Lease, Namespace, Semaphore, Waiter, WaiterId};
+use super::timers::Timers;
 use super::types::{FencingToken, LeaseId, Limits, Metadata, Name, Nanos, Weight};
 use super::view::{self, Outcome};
 use crate::command::EngineRequest;
@@ -79,17 +81,14 @@ enum Ending {
     Error(Error),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum Timer {
-    Lease(Name, LeaseId),
-    Waiter(WaiterId),
-}
-
 /// Everything of a shard but its namespaces, so that both can be borrowed at once.
 #[derive(Debug)]
 struct Cx {
-    timers: BTreeSet<(Nanos, Timer)>,
+    timers: Timers,
     waiter_at: FastMap<WaiterId, (Name, Name)>,
+    /// Parked acquires by lease (namespace key, handle), for the leases that have some: kept
+    /// here rather than in every lease, since few leases wait at a time.
+    lease_waits: FastMap<(u32, LeaseRef), Vec<WaiterId>>,
     outbox: Vec<(WaiterId, Reply)>,
     journal: Vec<Record>,
     next_waiter: WaiterId,
@@ -105,6 +104,8 @@ struct Cx {
 #[derive(Debug)]
 pub struct Shard {
     namespaces: BTreeMap<Name, Namespace>,
+    /// Namespace names by their timer key.
+    keys: Keys,
     cx: Cx,
 }
 
@@ -131,9 +132,11 @@ impl Shard {
     pub fn new(limits: Arc<Limits>, namespace_count: Arc<AtomicUsize>) -> Shard {
         Shard {
             namespaces: BTreeMap::new(),
+            keys: Keys::default(),
             cx: Cx {
-                timers: BTreeSet::new(),
+                timers: Timers::default(),
                 waiter_at: FastMap::default(),
+                lease_waits: FastMap::default(),
                 outbox: Vec::new(),
                 journal: Vec::new(),
                 next_waiter: 1,
@@ -156,17 +159,89 @@ impl Shard {
     ) -> Shard {
         namespace_count.fetch_add(namespaces.len(), Ordering::AcqRel);
         let mut shard = Shard::new(limits, namespace_count);
-        for n in namespaces.values() {
-            for l in n.leases.values() {
-                shard
-                    .cx
-                    .timers
-                    .insert((l.expires_at, Timer::Lease(n.name.clone(), l.id)));
-            }
+        for (name, mut n) in namespaces {
+            n.key = shard.keys.add(&name);
+            shard.namespaces.insert(name, n);
         }
-        shard.namespaces = namespaces;
+        shard.rebuild_lease_timers();
         shard.cx.token_hwm = token_hwm;
         shard
+    }
+
+    /// Schedules lease `r`'s expiry at `at`, rebuilding the expiry heap when stale entries may
+    /// be piling up (refreshes leave one each).
+    fn add_lease_timer(&mut self, at: Nanos, ns_key: u32, r: LeaseRef) {
+        if self.cx.timers.add_lease(at, ns_key, r) {
+            self.rebuild_lease_timers();
+        }
+    }
+
+    /// Rebuilds the lease expiry heap from the live leases.
+    fn rebuild_lease_timers(&mut self) {
+        let live = self
+            .namespaces
+            .values()
+            .flat_map(|n| n.leases.iter().map(move |(r, l)| (l.expires_at, n.key, r)));
+        self.cx.timers.rebuild_leases(live);
+    }
+
+    /// Checks that the shard's indexes agree with each other (handles, keys, holds, waiter
+    /// lists, expiry timers); panics on the first disagreement. The fuzzer and the property
+    /// tests call it after every step; it walks the whole state, so the server does not.
+    pub fn check(&self) {
+        let mut queued = 0;
+        for (name, n) in &self.namespaces {
+            assert_eq!(self.keys.get(n.key), Some(name), "namespace key");
+            for (r, l) in n.leases.iter() {
+                assert_eq!(n.leases.find(&l.id), Some(r), "lease index");
+                assert!(
+                    self.cx.timers.has_lease((l.expires_at, n.key, r)),
+                    "a live lease without its expiry timer"
+                );
+                let mut keys: Vec<u32> = l.holds.iter().map(|(k, _)| *k).collect();
+                keys.sort();
+                keys.dedup();
+                assert_eq!(keys.len(), l.holds.len(), "a lease lists a hold twice");
+                for &(key, token) in &l.holds {
+                    let sem = n.sem_keys.get(key).expect("a hold on a missing semaphore");
+                    let h = n.semaphores[sem].holders.get(token);
+                    assert_eq!(h.map(|h| h.lease), Some(r), "a hold without its holder");
+                }
+            }
+            for (sname, s) in &n.semaphores {
+                s.check();
+                assert_eq!(n.sem_keys.get(s.key), Some(sname), "semaphore key");
+                let tokens: Vec<FencingToken> = s.holders.iter().map(|h| h.token).collect();
+                assert!(
+                    tokens.windows(2).all(|w| w[0] < w[1]),
+                    "holders out of order"
+                );
+                for h in s.holders.iter() {
+                    let l = n
+                        .leases
+                        .get(h.lease)
+                        .expect("a holder of a lease that is gone");
+                    assert_eq!(l.hold_on(s.key), Some(h.token), "a holder its lease misses");
+                }
+                for (w, q) in &s.queue {
+                    queued += 1;
+                    assert!(n.leases.get(q.lease).is_some(), "a waiter of a gone lease");
+                    assert_eq!(
+                        self.cx.waiter_at.get(w),
+                        Some(&(name.clone(), sname.clone())),
+                        "waiter index"
+                    );
+                    assert!(
+                        self.cx.lease_waits[&(n.key, q.lease)].contains(w),
+                        "a waiter its lease misses"
+                    );
+                    assert!(self.cx.timers.has_waiter(q.deadline, *w), "waiter timer");
+                }
+            }
+        }
+        assert_eq!(self.cx.waiter_at.len(), queued, "waiter index size");
+        let listed: usize = self.cx.lease_waits.values().map(Vec::len).sum();
+        assert_eq!(listed, queued, "lease waiter lists");
     }
 
     /// Shares the count of parked acquires with other shards, so that `max_waiters` holds for
@@ -187,8 +262,23 @@ impl Shard {
     }
 
     /// The earliest instant at which [`Shard::advance`] has work (a lease expiry or a time-out).
-    pub fn next_deadline(&self) -> Option<Nanos> {
-        self.cx.timers.first().map(|(t, _)| *t)
+    ///
+    /// Stale expiry entries at the head (refreshed or gone leases) are dropped first, so the
+    /// answer is exact and the caller never wakes for nothing.
+    pub fn next_deadline(&mut self) -> Option<Nanos> {
+        while let Some((t, key, r)) = self.cx.timers.peek_lease() {
+            let live = self
+                .keys
+                .get(key)
+                .and_then(|ns| self.namespaces.get(ns))
+                .and_then(|n| n.leases.get(r))
+                .is_some_and(|l| l.expires_at == t);
+            if live {
+                break;
+            }
+            self.cx.timers.pop_lease(t);
+        }
+        self.cx.timers.next()
     }
 
     /// Replies for parked acquires produced since the last call.
@@ -231,30 +321,30 @@ impl Shard {
     /// their time (`locked_at`, `last_activity_at`, fencing token floor), also when `now` is
     /// later (the caller ran late).
     pub fn advance(&mut self, now: Nanos) {
-        while let Some(&(t, _)) = self.cx.timers.first() {
+        while let Some(t) = self.cx.timers.next() {
             if t > now {
                 break;
             }
             let mut touched: Vec<(Name, Name)> = Vec::new();
-            // Lease timers sort before waiter timers of the same instant.
-            while let Some((at, _)) = self.cx.timers.first() {
-                if *at != t {
-                    break;
+            // Leases due at t die before the time-outs due at t.
+            while let Some((key, r)) = self.cx.timers.pop_lease(t) {
+                let Some(ns) = self.keys.get(key) else {
+                    continue; // the namespace is gone
+                };
+                let n = self
+                    .namespaces
+                    .get_mut(ns)
+                    .expect("keys name live namespaces");
+                if n.leases.get_mut(r).is_none_or(|l| l.expires_at != t) {
+                    continue; // a stale entry
                 }
-                let (_, timer) = self.cx.timers.pop_first().expect("first exists");
-                match timer {
-                    Timer::Lease(ns, id) => {
-                        if let Some(n) = self.namespaces.get_mut(&ns) {
-                            self.cx.stats.leases_expired += 1;
-                            for sem in drop_lease(n, &id, &mut self.cx) {
-                                touched.push((ns.clone(), sem));
-                            }
-                        }
-                    }
-                    Timer::Waiter(w) => {
-                        touched.extend(self.end_waiter(w, Ending::Outcome(Outcome::TimedOut)))
-                    }
+                self.cx.stats.leases_expired += 1;
+                for sem in drop_lease(n, r, &mut self.cx) {
+                    touched.push((ns.clone(), sem));
                 }
+            }
+            while let Some(w) = self.cx.timers.pop_waiter(t) {
+                touched.extend(self.end_waiter(w, Ending::Outcome(Outcome::TimedOut)));
             }
             self.serve_all(touched, t);
         }
@@ -300,12 +390,7 @@ impl Shard {
         let n = self.namespaces.get_mut(&ns).expect("waiter index is exact");
         let s = n.semaphores.get_mut(&sem).expect("waiter index is exact");
         let w = s.queue.remove(&waiter).expect("waiter index is exact");
-        forget_waiter(
-            &mut self.cx,
-            n.leases.get_mut(&w.lease).map(|l| &mut **l),
-            waiter,
-            w.deadline,
-        );
+        forget_waiter(&mut self.cx, (n.key, w.lease), waiter, w.deadline);
         let reply = match ending {
             Ending::Silent => None,
             Ending::Outcome(o) => {
@@ -428,7 +513,8 @@ impl Shard {
             )));
         }
         let ns = ns.detached();
-        let n = Namespace::new(ns.clone(), desc, meta, now);
+        let mut n = Namespace::new(ns.clone(), desc, meta, now);
+        n.key = self.keys.add(&ns);
         let reply = view::namespace(&n);
         self.cx.journal.push(journal::ns_put(&n));
         self.namespaces.insert(ns, n);
@@ -460,14 +546,11 @@ impl Shard {
         if let Some(n) = self.namespaces.remove(ns) {
             self.cx.journal.push(Record::NsDel { name: ns.clone() });
             self.cx.namespace_count.fetch_sub(1, Ordering::AcqRel);
-            for lease in n.leases.values() {
-                self.cx
-                    .timers
-                    .remove(&(lease.expires_at, Timer::Lease(ns.clone(), lease.id)));
-            }
+            // Its leases' expiry entries stay behind, stale (their key names no namespace).
+            self.keys.remove(n.key);
             for s in n.semaphores.values() {
                 for (&w, waiter) in &s.queue {
-                    forget_waiter(&mut self.cx, None, w, waiter.deadline);
+                    forget_waiter(&mut self.cx, (n.key, waiter.lease), w, waiter.deadline);
                     self.cx.outbox.push((w, Reply::Error(ns_missing(ns))));
                 }
             }
@@ -527,7 +610,7 @@ impl Shard {
         let s = Semaphore::new(sem.clone(), permits, desc, meta, now);
         let reply = view::semaphore(&s);
         self.cx.journal.push(journal::sem_put(&ns, &s));
-        n.semaphores.insert(sem, s);
+        n.add_semaphore(s);
         Ok(reply)
     }
 
@@ -600,23 +683,16 @@ impl Shard {
 
     fn sem_delete(&mut self, ns: &Name, sem: &Name) -> Result<Reply, Error> {
         let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
-        if let Some(s) = n.semaphores.remove(sem) {
+        if let Some(s) = n.remove_semaphore(sem) {
             self.cx.journal.push(Record::SemDel {
                 ns: ns.clone(),
                 name: sem.clone(),
             });
-            for h in s.holders.values() {
-                if let Some(l) = n.leases.get_mut(&h.lease) {
-                    l.holds.retain(|x| x != sem);
-                }
+            for h in s.holders.iter() {
+                n.leases[h.lease].holds.retain(|(x, _)| *x != s.key);
             }
             for (&w, waiter) in &s.queue {
-                forget_waiter(
-                    &mut self.cx,
-                    n.leases.get_mut(&waiter.lease).map(|l| &mut **l),
-                    w,
-                    waiter.deadline,
-                );
+                forget_waiter(&mut self.cx, (n.key, waiter.lease), w, waiter.deadline);
                 self.cx.outbox.push((w, Reply::Error(sem_missing(ns, sem))));
             }
         }
@@ -645,13 +721,14 @@ impl Shard {
             .semaphores
             .get_mut(sem)
             .ok_or_else(|| sem_missing(ns, sem))?;
-        let l = lease
-            .and_then(|id| n.leases.get_mut(&id))
+        let r = lease
+            .and_then(|id| n.leases.find(&id))
             .ok_or_else(|| lease_missing(ns))?;
+        let l = &mut n.leases[r];
         if weight > s.permits {
             return Err(weight_exceeds());
         }
-        let held = s.held_by(&l.id);
+        let held = s.held_by(l);
         let needed = weight - held.unwrap_or(0);
         // A hold that does not grow needs nothing from anyone: it never waits.
         let grantable = needed <= 0 || (s.queue.is_empty() && s.available() >= needed);
@@ -662,7 +739,7 @@ impl Shard {
             )));
         }
         if grantable {
-            let token = grant(ns, s, l, weight, meta, now, &mut self.cx);
+            let token = grant(ns, s, r, l, weight, meta, now, &mut self.cx);
             self.cx.stats.acquire_acquired += 1;
             if needed < 0 {
                 serve(n, sem, now, &mut self.cx);
@@ -696,22 +773,17 @@ impl Shard {
         let id = self.cx.next_waiter;
         self.cx.next_waiter += 1;
         let deadline = now.saturating_add(timeout);
-        let lease_id = l.id;
         s.queue.insert(
             id,
             Waiter {
-                lease: lease_id,
+                lease: r,
                 weight,
                 metadata: meta,
                 deadline,
             },
         );
-        n.leases
-            .get_mut(&lease_id)
-            .expect("found above")
-            .waits
-            .push(id);
-        self.cx.timers.insert((deadline, Timer::Waiter(id)));
+        self.cx.lease_waits.entry((n.key, r)).or_default().push(id);
+        self.cx.timers.add_waiter(deadline, id);
         self.cx
             .waiter_at
             .insert(id, (ns.detached(), sem.detached()));
@@ -732,13 +804,13 @@ impl Shard {
             .get_mut(sem)
             .ok_or_else(|| sem_missing(ns, sem))?;
         let l = lease
-            .and_then(|id| n.leases.get_mut(&id))
+            .and_then(|id| n.leases.find(&id))
+            .map(|r| &mut n.leases[r])
             .ok_or_else(|| lease_missing(ns))?;
         // A lease that holds nothing here: a no-op, nothing moves.
-        if s.remove_hold(&l.id).is_none() {
+        if s.remove_hold(l).is_none() {
             return Ok(view::semaphore(s));
         }
-        l.holds.retain(|x| x != sem);
         s.last_activity_at = now;
         self.cx.journal.push(Record::HoldDel {
             ns: ns.clone(),
@@ -762,7 +834,7 @@ impl Shard {
             from,
             page.limit,
             |_| true,
-            |t, h| view::holder(*t, h, n.leases[&h.lease].expires_at),
+            |t, h| view::holder(*t, h, &n.leases[h.lease]),
         );
         Ok(view::page("holders", CursorKind::Holders, p, |t| {
             Bytes::copy_from_slice(&t.to_be_bytes())
@@ -785,30 +857,25 @@ impl Shard {
                 "lease quota reached in namespace '{ns}' ({max} leases)"
             )));
         }
-        if n.leases.contains_key(&id) {
+        if n.leases.find(&id).is_some() {
             // 166 random bits: only a broken random source gets here.
             return Err(Error::AlreadyExists("lease id collision, retry".into()));
         }
-        let serial = n.next_lease_serial;
-        n.next_lease_serial += 1;
+        let serial = n.leases.take_serial();
         let expires_at = now.saturating_add(ttl);
         let lease = Lease {
             id,
             serial,
-            process_id,
+            process_id: Box::from(&process_id[..]),
             created_at: now,
             expires_at,
             metadata: meta,
             holds: Vec::new(),
-            waits: Vec::new(),
         };
         let reply = view::lease(&lease);
         self.cx.journal.push(journal::lease_put(ns, &lease));
-        n.leases.insert(id, Box::new(lease));
-        n.lease_order.insert(serial, id);
-        self.cx
-            .timers
-            .insert((expires_at, Timer::Lease(n.name.clone(), id)));
+        let (key, r) = (n.key, n.leases.insert(lease));
+        self.add_lease_timer(expires_at, key, r);
         Ok(reply)
     }
 
@@ -818,12 +885,12 @@ impl Shard {
             None => None,
             Some(c) => Some((c.dir, token_key(&c.key)? as u64)),
         };
-        let keep = |id: &LeaseId| match &process {
-            Some(p) => n.leases[id].process_id == *p,
+        let keep = |r: &LeaseRef| match &process {
+            Some(p) => n.leases[*r].process_id[..] == p[..],
             None => true,
         };
-        let p = take_page(&n.lease_order, from, page.limit, keep, |_, id| {
-            view::lease(&n.leases[id])
+        let p = take_page(n.leases.order(), from, page.limit, keep, |_, r| {
+            view::lease(&n.leases[*r])
         });
         Ok(view::page("leases", CursorKind::Leases, p, |s| {
             Bytes::copy_from_slice(&s.to_be_bytes())
@@ -838,15 +905,19 @@ impl Shard {
         ttl: Nanos,
     ) -> Result<Reply, Error> {
         let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
-        let l = lease
-            .and_then(|id| n.leases.get_mut(&id))
+        let r = lease
+            .and_then(|id| n.leases.find(&id))
             .ok_or_else(|| lease_missing(ns))?;
-        let timer = Timer::Lease(n.name.clone(), l.id);
-        self.cx.timers.remove(&(l.expires_at, timer.clone()));
+        let l = &mut n.leases[r];
+        let before = l.expires_at;
         l.expires_at = now.saturating_add(ttl);
-        self.cx.timers.insert((l.expires_at, timer));
         self.cx.journal.push(journal::lease_put(ns, l));
-        Ok(view::lease(l))
+        let (reply, at, key) = (view::lease(l), l.expires_at, n.key);
+        // The old expiry entry stays behind, stale.
+        if at != before {
+            self.add_lease_timer(at, key, r);
+        }
+        Ok(reply)
     }
 
     fn lease_revoke(
@@ -856,13 +927,10 @@ impl Shard {
         lease: Option<LeaseId>,
     ) -> Result<Reply, Error> {
         let n = self.namespaces.get_mut(ns).ok_or_else(|| ns_missing(ns))?;
-        let id = lease
-            .filter(|id| n.leases.contains_key(id))
+        let r = lease
+            .and_then(|id| n.leases.find(&id))
             .ok_or_else(|| lease_missing(ns))?;
-        self.cx
-            .timers
-            .remove(&(n.leases[&id].expires_at, Timer::Lease(ns.clone(), id)));
-        for sem in drop_lease(n, &id, &mut self.cx) {
+        for sem in drop_lease(n, r, &mut self.cx) {
             serve(n, &sem, now, &mut self.cx);
         }
         Ok(Reply::OK)
@@ -888,32 +956,32 @@ fn token_key(key: &[u8]) -> Result<i64, Error> {
 
 fn find_lease(n: &Namespace, lease: Option<LeaseId>) -> Result<&Lease, Error> {
     lease
-        .and_then(|id| n.leases.get(&id).map(|l| &**l))
+        .and_then(|id| n.leases.by_id(&id))
         .ok_or_else(|| lease_missing(&n.name))
 }
 
-/// Gives `lease` a hold of `weight` on `s`; new holders get the next fencing token.
+/// Gives `lease` (behind `r`) a hold of `weight` on `s`; new holders get the next fencing
+/// token.
+#[allow(clippy::too_many_arguments)]
 fn grant(
     ns: &Name,
     s: &mut Semaphore,
+    r: LeaseRef,
     lease: &mut Lease,
     weight: Weight,
     meta: Metadata,
     now: Nanos,
     cx: &mut Cx,
 ) -> FencingToken {
-    if !s.by_lease.contains_key(&lease.id) {
-        lease.add_hold(s.name.clone());
-    }
     let hwm = &mut cx.token_hwm;
-    let token = s.set_hold(lease, weight, meta, now, || {
+    let token = s.set_hold(r, lease, weight, meta, now, || {
         // Above every token this shard has issued, and at least the clock: tokens keep rising
         // across delete + re-create, restarts and re-sharding (the high-water mark is carried).
         let t = (*hwm + 1).max(now);
         *hwm = t;
         t
     });
-    let h = &s.holders[&token];
+    let h = s.holders.get(token).expect("just set");
     cx.journal.push(Record::HoldSet {
         ns: ns.clone(),
         sem: s.name.clone(),
@@ -938,13 +1006,16 @@ fn touch(ns: &Name, s: &mut Semaphore, now: Nanos, journal: &mut Vec<Record>) {
 }
 
 /// Drops a parked acquire's bookkeeping outside its semaphore's queue.
-fn forget_waiter(cx: &mut Cx, lease: Option<&mut Lease>, w: WaiterId, deadline: Nanos) {
-    cx.timers.remove(&(deadline, Timer::Waiter(w)));
+fn forget_waiter(cx: &mut Cx, lease: (u32, LeaseRef), w: WaiterId, deadline: Nanos) {
+    cx.timers.remove_waiter(deadline, w);
     if cx.waiter_at.remove(&w).is_some() {
         cx.waiter_count.fetch_sub(1, Ordering::AcqRel);
     }
-    if let Some(l) = lease {
-        l.waits.retain(|x| *x != w);
+    if let Some(waits) = cx.lease_waits.get_mut(&lease) {
+        waits.retain(|x| *x != w);
+        if waits.is_empty() {
+            cx.lease_waits.remove(&lease);
+        }
     }
 }
 
@@ -955,11 +1026,9 @@ fn serve(n: &mut Namespace, sem: &Name, now: Nanos, cx: &mut Cx) {
         return;
     };
     while let Some((&id, w)) = s.queue.first_key_value() {
-        let l = n
-            .leases
-            .get_mut(&w.lease)
-            .expect("a waiter's lease is live");
-        let held = s.held_by(&l.id);
+        let r = w.lease;
+        let l = &mut n.leases[r];
+        let held = s.held_by(l);
         let reply = if w.weight > s.permits {
             Reply::Error(weight_exceeds())
         } else if held.is_none() && s.holders.len() >= cx.limits.max_holders_per_semaphore {
@@ -968,8 +1037,8 @@ fn serve(n: &mut Namespace, sem: &Name, now: Nanos, cx: &mut Cx) {
             )))
         } else if s.available() >= w.weight - held.unwrap_or(0) {
             let w = s.queue.remove(&id).expect("head exists");
-            forget_waiter(cx, Some(&mut *l), id, w.deadline);
-            let token = grant(&n.name, s, l, w.weight, w.metadata, now, cx);
+            forget_waiter(cx, (n.key, r), id, w.deadline);
+            let token = grant(&n.name, s, r, l, w.weight, w.metadata, now, cx);
             cx.stats.acquire_acquired += 1;
             cx.outbox
                 .push((id, view::acquire(Outcome::Acquired, s, Some(token))));
@@ -978,36 +1047,41 @@ fn serve(n: &mut Namespace, sem: &Name, now: Nanos, cx: &mut Cx) {
             break;
         };
         let w = s.queue.remove(&id).expect("head exists");
-        forget_waiter(cx, Some(l), id, w.deadline);
+        forget_waiter(cx, (n.key, r), id, w.deadline);
         cx.outbox.push((id, reply));
     }
 }
 
 /// Removes a lease (expired or revoked): its holds are released and its parked acquires end
 /// with NOTFOUND. Returns the semaphores it touched, whose queues the caller must serve.
-fn drop_lease(n: &mut Namespace, id: &LeaseId, cx: &mut Cx) -> Vec<Name> {
-    let Some(lease) = n.leases.remove(id) else {
+fn drop_lease(n: &mut Namespace, r: LeaseRef, cx: &mut Cx) -> Vec<Name> {
+    let Some(lease) = n.leases.remove(r) else {
         return Vec::new();
     };
     cx.journal.push(Record::LeaseDel {
         ns: n.name.clone(),
-        id: *id,
+        id: lease.id,
     });
-    n.lease_order.remove(&lease.serial);
     let mut touched: Vec<Name> = Vec::new();
-    for w in &lease.waits {
+    for w in &cx.lease_waits.remove(&(n.key, r)).unwrap_or_default() {
         let (_, sem) = cx.waiter_at.get(w).cloned().expect("waiter index is exact");
         let s = n.semaphores.get_mut(&sem).expect("waiter index is exact");
         let waiter = s.queue.remove(w).expect("waiter index is exact");
-        forget_waiter(cx, None, *w, waiter.deadline);
+        forget_waiter(cx, (n.key, r), *w, waiter.deadline);
         cx.outbox.push((*w, Reply::Error(lease_missing(&n.name))));
         touched.push(sem);
     }
-    for sem in &lease.holds {
-        if let Some(s) = n.semaphores.get_mut(sem) {
-            s.remove_hold(id);
-        }
-        touched.push(sem.clone());
+    for (key, token) in lease.holds {
+        let sem = n
+            .sem_keys
+            .get(key)
+            .expect("holds name live semaphores")
+            .clone();
+        n.semaphores
+            .get_mut(&sem)
+            .expect("keys name live semaphores")
+            .remove_holder(token);
+        touched.push(sem);
     }
     touched.sort();
     touched.dedup();

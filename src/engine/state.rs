@@ -1,9 +1,12 @@
 //! The entities a shard owns (SPEC §1), with the invariants of one semaphore kept here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
 
 use bytes::Bytes;
 
+use super::leases::{LeaseRef, Leases};
+use super::page::Ordered;
 use super::types::{FencingToken, LeaseId, Metadata, Name, Nanos, Weight};
 
 /// Parked-acquire identity, unique per shard and rising in arrival order.
@@ -11,6 +14,37 @@ pub type WaiterId = u64;
 
 /// A hash map with the fast, DoS-resistant ahash hasher.
 pub type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
+
+/// Names by small integer keys, handed out so that no two live names share one. Keys stand in
+/// for names where one is stored per lease (its holds, its expiry timer).
+#[derive(Debug, Default)]
+pub struct Keys {
+    names: FastMap<u32, Name>,
+    next: u32,
+}
+
+impl Keys {
+    /// A key for `name`, not used by any live name.
+    pub fn add(&mut self, name: &Name) -> u32 {
+        while self.names.contains_key(&self.next) {
+            self.next = self.next.wrapping_add(1);
+        }
+        let key = self.next;
+        self.next = self.next.wrapping_add(1);
+        self.names.insert(key, name.clone());
+        key
+    }
+
+    /// Frees `key`.
+    pub fn remove(&mut self, key: u32) {
+        self.names.remove(&key);
+    }
+
+    /// The name behind `key`.
+    pub fn get(&self, key: u32) -> Option<&Name> {
+        self.names.get(&key)
+    }
+}
 
 /// A namespace and everything inside it.
 #[derive(Debug)]
@@ -27,15 +61,14 @@ pub struct Namespace {
     pub created_at: Nanos,
     /// Last NS.UPDATE time.
     pub updated_at: Nanos,
-    /// Semaphores by name.
+    /// Semaphores by name (add and remove them with the methods, which keep their keys).
     pub semaphores: BTreeMap<Name, Semaphore>,
-    /// Live leases by id. Boxed: the map's buckets stay small (the table runs half empty, and
-    /// a lease is far larger than its key).
-    pub leases: FastMap<LeaseId, Box<Lease>>,
-    /// Lease ids in creation order (the LEASE.LIST order; cursors carry serials, not ids).
-    pub lease_order: BTreeMap<u64, LeaseId>,
-    /// Next lease serial.
-    pub next_lease_serial: u64,
+    /// Semaphore names by key.
+    pub sem_keys: Keys,
+    /// Live leases.
+    pub leases: Leases,
+    /// The shard's short handle for this namespace in its timers (set by the shard).
+    pub key: u32,
 }
 
 impl Namespace {
@@ -49,10 +82,23 @@ impl Namespace {
             created_at: now,
             updated_at: now,
             semaphores: BTreeMap::new(),
-            leases: FastMap::default(),
-            lease_order: BTreeMap::new(),
-            next_lease_serial: 0,
+            sem_keys: Keys::default(),
+            leases: Leases::default(),
+            key: 0,
         }
+    }
+
+    /// Adds semaphore `s` under a fresh key; returns it in place.
+    pub fn add_semaphore(&mut self, mut s: Semaphore) -> &mut Semaphore {
+        s.key = self.sem_keys.add(&s.name);
+        self.semaphores.entry(s.name.clone()).or_insert(s)
+    }
+
+    /// Removes semaphore `name` (its holders' leases still list it: the caller's to clean).
+    pub fn remove_semaphore(&mut self, name: &Name) -> Option<Semaphore> {
+        let s = self.semaphores.remove(name)?;
+        self.sem_keys.remove(s.key);
+        Some(s)
     }
 }
 
@@ -61,6 +107,8 @@ impl Namespace {
 pub struct Semaphore {
     /// Name.
     pub name: Name,
+    /// Its key in the namespace's `sem_keys` (how leases' holds name it).
+    pub key: u32,
     /// Description.
     pub description: Bytes,
     /// Metadata.
@@ -77,10 +125,9 @@ pub struct Semaphore {
     pub updated_at: Nanos,
     /// Last SEM.ACQUIRE or SEM.RELEASE.
     pub last_activity_at: Nanos,
-    /// Holders by fencing token: oldest first.
-    pub holders: BTreeMap<FencingToken, Holder>,
-    /// Each holding lease's fencing token.
-    pub by_lease: FastMap<LeaseId, FencingToken>,
+    /// Holders by fencing token: oldest first. A lease finds its own holder through the token
+    /// in its `holds`.
+    pub holders: Holders,
     /// Parked acquires, first come first served.
     pub queue: BTreeMap<WaiterId, Waiter>,
 }
@@ -96,6 +143,7 @@ impl Semaphore {
     ) -> Semaphore {
         Semaphore {
             name,
+            key: 0,
             description,
             metadata,
             permits,
@@ -104,8 +152,7 @@ impl Semaphore {
             created_at: now,
             updated_at: now,
             last_activity_at: now,
-            holders: BTreeMap::new(),
-            by_lease: FastMap::default(),
+            holders: Holders::default(),
             queue: BTreeMap::new(),
         }
     }
@@ -116,27 +163,30 @@ impl Semaphore {
     }
 
     /// The weight `lease` holds here, if any.
-    pub fn held_by(&self, lease: &LeaseId) -> Option<Weight> {
-        self.by_lease.get(lease).map(|t| self.holders[t].weight)
+    pub fn held_by(&self, lease: &Lease) -> Option<Weight> {
+        lease
+            .hold_on(self.key)
+            .and_then(|t| self.holders.get(t))
+            .map(|h| h.weight)
     }
 
-    /// Adds a holder or changes an existing one; returns its fencing token.
-    ///
-    /// `new_token` is called only when a new holder is created.
+    /// Gives `lease` (behind handle `r`) a hold of `weight`, or changes the one it has; returns
+    /// its fencing token. `new_token` is called only when a new holder is created.
     pub fn set_hold(
         &mut self,
-        lease: &Lease,
+        r: LeaseRef,
+        lease: &mut Lease,
         weight: Weight,
         metadata: Metadata,
         now: Nanos,
         new_token: impl FnOnce() -> FencingToken,
     ) -> FencingToken {
-        let token = match self.by_lease.get(&lease.id) {
-            Some(&token) => {
+        let token = match lease.hold_on(self.key) {
+            Some(token) => {
                 let h = self
                     .holders
-                    .get_mut(&token)
-                    .expect("by_lease mirrors holders");
+                    .get_mut(token)
+                    .expect("a lease's holds mirror the holders");
                 self.active_holds += weight - h.weight;
                 h.weight = weight;
                 h.metadata = metadata;
@@ -144,17 +194,17 @@ impl Semaphore {
             }
             None => {
                 let token = new_token();
-                self.holders.insert(
+                self.holders.insert(Holder {
                     token,
-                    Holder {
-                        lease: lease.id,
-                        process_id: lease.process_id.clone(),
-                        weight,
-                        locked_at: now,
-                        metadata,
-                    },
-                );
-                self.by_lease.insert(lease.id, token);
+                    lease: r,
+                    weight,
+                    locked_at: now,
+                    metadata,
+                });
+                // Leases usually hold one or two semaphores: grow one slot at a time instead
+                // of by doubling from four.
+                lease.holds.reserve_exact(1);
+                lease.holds.push((self.key, token));
                 self.active_holds += weight;
                 token
             }
@@ -165,12 +215,16 @@ impl Semaphore {
     }
 
     /// Removes `lease`'s hold; returns the weight it had.
-    pub fn remove_hold(&mut self, lease: &LeaseId) -> Option<Weight> {
-        let token = self.by_lease.remove(lease)?;
-        let h = self
-            .holders
-            .remove(&token)
-            .expect("by_lease mirrors holders");
+    pub fn remove_hold(&mut self, lease: &mut Lease) -> Option<Weight> {
+        let at = lease.holds.iter().position(|(s, _)| *s == self.key)?;
+        let (_, token) = lease.holds.swap_remove(at);
+        self.remove_holder(token)
+    }
+
+    /// Removes the holder with `token` (its lease's `holds` entry is the caller's to drop);
+    /// returns the weight it had.
+    pub fn remove_holder(&mut self, token: FencingToken) -> Option<Weight> {
+        let h = self.holders.remove(token)?;
         self.active_holds -= h.weight;
         self.check();
         Some(h.weight)
@@ -182,19 +236,100 @@ impl Semaphore {
         debug_assert!(self.active_holds >= 0 && self.active_holds <= self.permits);
         debug_assert_eq!(
             self.active_holds,
-            self.holders.values().map(|h| h.weight).sum::<Weight>()
+            self.holders.iter().map(|h| h.weight).sum::<Weight>()
         );
-        debug_assert_eq!(self.holders.len(), self.by_lease.len());
+    }
+}
+
+/// A semaphore's holders in fencing-token order, oldest first.
+///
+/// A deque sorted by token rather than a B-tree map: new holders always get the highest token
+/// (they go at the back) and the oldest tend to leave first (at the front), and a holder costs
+/// its 48 bytes instead of the ~90 of a map whose nodes stay half full under rising keys. A
+/// semaphore has at most `max_holders_per_semaphore` (1,000) of them, so the moves of an
+/// insert or removal in the middle stay small.
+#[derive(Debug, Default)]
+pub struct Holders(VecDeque<Holder>);
+
+impl Holders {
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn position(&self, token: FencingToken) -> Result<usize, usize> {
+        self.0.binary_search_by_key(&token, |h| h.token)
+    }
+
+    /// The holder with `token`.
+    pub fn get(&self, token: FencingToken) -> Option<&Holder> {
+        self.position(token).ok().map(|i| &self.0[i])
+    }
+
+    /// The holder with `token`, to change.
+    pub fn get_mut(&mut self, token: FencingToken) -> Option<&mut Holder> {
+        self.position(token).ok().map(|i| &mut self.0[i])
+    }
+
+    /// Adds a holder whose token no holder has.
+    pub fn insert(&mut self, h: Holder) {
+        match self.position(h.token) {
+            Ok(_) => debug_assert!(false, "fencing tokens are unique"),
+            Err(i) => self.0.insert(i, h),
+        }
+    }
+
+    /// Removes the holder with `token`.
+    pub fn remove(&mut self, token: FencingToken) -> Option<Holder> {
+        let i = self.position(token).ok()?;
+        let h = self.0.remove(i);
+        if self.0.is_empty() {
+            // The room of a semaphore that once had many holders goes back.
+            self.0 = VecDeque::new();
+        }
+        h
+    }
+
+    /// Oldest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Holder> {
+        self.0.iter()
+    }
+}
+
+impl Ordered for Holders {
+    type Key = FencingToken;
+    type Item = Holder;
+    fn within<'a>(
+        &'a self,
+        lower: Bound<&FencingToken>,
+        upper: Bound<&FencingToken>,
+    ) -> impl DoubleEndedIterator<Item = (&'a FencingToken, &'a Holder)> {
+        let from = match lower {
+            Bound::Unbounded => 0,
+            Bound::Included(t) => self.0.partition_point(|h| h.token < *t),
+            Bound::Excluded(t) => self.0.partition_point(|h| h.token <= *t),
+        };
+        let to = match upper {
+            Bound::Unbounded => self.0.len(),
+            Bound::Included(t) => self.0.partition_point(|h| h.token <= *t),
+            Bound::Excluded(t) => self.0.partition_point(|h| h.token < *t),
+        };
+        self.0.range(from..to.max(from)).map(|h| (&h.token, h))
     }
 }
 
 /// One lease's hold on one semaphore. Its `expires_at` is always its lease's.
 #[derive(Debug)]
 pub struct Holder {
-    /// The holding lease.
-    pub lease: LeaseId,
-    /// The lease's process.
-    pub process_id: Bytes,
+    /// Fencing token.
+    pub token: FencingToken,
+    /// The holding lease (its id and process are read from there).
+    pub lease: LeaseRef,
     /// Permits held.
     pub weight: Weight,
     /// When the hold was first taken.
@@ -210,26 +345,23 @@ pub struct Lease {
     pub id: LeaseId,
     /// Creation order within the namespace.
     pub serial: u64,
-    /// Owner process, free-form.
-    pub process_id: Bytes,
+    /// Owner process, free-form (a boxed slice: two words, not four).
+    pub process_id: Box<[u8]>,
     /// Creation time.
     pub created_at: Nanos,
     /// Death time: the lease is dead from this instant on.
     pub expires_at: Nanos,
     /// Metadata.
     pub metadata: Metadata,
-    /// Semaphores this lease holds.
-    pub holds: Vec<Name>,
-    /// Parked acquires under this lease.
-    pub waits: Vec<WaiterId>,
+    /// Semaphores this lease holds (by key in the namespace's `sem_keys`), with its holder's
+    /// fencing token in each.
+    pub holds: Vec<(u32, FencingToken)>,
 }
 
 impl Lease {
-    /// Records a new hold. Leases usually hold one or two semaphores, so the list grows one
-    /// slot at a time instead of by doubling from four.
-    pub fn add_hold(&mut self, sem: Name) {
-        self.holds.reserve_exact(1);
-        self.holds.push(sem);
+    /// The fencing token of this lease's holder on the semaphore with key `sem`, if any.
+    pub fn hold_on(&self, sem: u32) -> Option<FencingToken> {
+        self.holds.iter().find(|(s, _)| *s == sem).map(|(_, t)| *t)
     }
 }
 
@@ -237,7 +369,7 @@ impl Lease {
 #[derive(Debug)]
 pub struct Waiter {
     /// Lease it acquires for.
-    pub lease: LeaseId,
+    pub lease: LeaseRef,
     /// Total weight wanted.
     pub weight: Weight,
     /// Holder metadata to set when granted.

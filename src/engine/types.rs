@@ -161,8 +161,11 @@ impl fmt::Debug for LeaseId {
 }
 
 /// An opaque string map attached to an entity; keys unique and sorted, binary-safe.
+///
+/// A boxed slice, not a Vec: every lease and holder carries one, usually empty, and the
+/// capacity word would be wasted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Metadata(Vec<(Bytes, Bytes)>);
+pub struct Metadata(Box<[(Bytes, Bytes)]>);
 
 impl Metadata {
     /// Builds from pairs in request order: a duplicate key keeps its last value.
@@ -175,7 +178,7 @@ impl Metadata {
             }
         }
         v.sort_by(|a, b| a.0.cmp(&b.0));
-        Metadata(v)
+        Metadata(v.into_boxed_slice())
     }
 
     /// The pairs, sorted by key.

@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::page::{CursorKind, PageOf};
 use super::state::{Holder, Lease, Namespace, Semaphore};
-use super::types::{FencingToken, Metadata, Nanos};
+use super::types::{FencingToken, Metadata};
 use crate::protocol::Reply;
 
 /// The outcome of an acquire, spelled as the spec's enum.
@@ -67,14 +67,17 @@ pub fn semaphore(s: &Semaphore) -> Reply {
     ])
 }
 
-/// A holder; `expires_at` is its lease's.
-pub fn holder(token: FencingToken, h: &Holder, expires_at: Nanos) -> Reply {
+/// A holder of `lease` (its id, process and `expires_at` are the lease's).
+pub fn holder(token: FencingToken, h: &Holder, lease: &Lease) -> Reply {
     Reply::fields(vec![
-        ("lease_id", Reply::Bulk(h.lease.to_bytes())),
-        ("process_id", Reply::Bulk(h.process_id.clone())),
+        ("lease_id", Reply::Bulk(lease.id.to_bytes())),
+        (
+            "process_id",
+            Reply::Bulk(Bytes::copy_from_slice(&lease.process_id)),
+        ),
         ("weight", Reply::Int(h.weight)),
         ("locked_at", Reply::Int(h.locked_at)),
-        ("expires_at", Reply::Int(expires_at)),
+        ("expires_at", Reply::Int(lease.expires_at)),
         ("fencing_token", Reply::Int(token)),
         ("metadata", metadata(&h.metadata)),
     ])
@@ -84,7 +87,10 @@ pub fn holder(token: FencingToken, h: &Holder, expires_at: Nanos) -> Reply {
 pub fn lease(l: &Lease) -> Reply {
     Reply::fields(vec![
         ("lease_id", Reply::Bulk(l.id.to_bytes())),
-        ("process_id", Reply::Bulk(l.process_id.clone())),
+        (
+            "process_id",
+            Reply::Bulk(Bytes::copy_from_slice(&l.process_id)),
+        ),
         ("created_at", Reply::Int(l.created_at)),
         ("expires_at", Reply::Int(l.expires_at)),
         ("metadata", metadata(&l.metadata)),

@@ -214,7 +214,7 @@ impl ShardCtx {
                 }
             }
         }
-        let next = self.engine.borrow().next_deadline();
+        let next = self.engine.borrow_mut().next_deadline();
         if let Some(n) = next {
             if self.scheduled.get().is_none_or(|s| n < s) {
                 self.timer_wake.notify_one();
@@ -226,7 +226,7 @@ impl ShardCtx {
     /// earlier one appeared.
     async fn timer_loop(self: Rc<Self>) {
         loop {
-            let next = self.engine.borrow().next_deadline();
+            let next = self.engine.borrow_mut().next_deadline();
             self.scheduled.set(next);
             match next {
                 None => self.timer_wake.notified().await,

@@ -1,0 +1,219 @@
+//! A namespace's live leases, addressed by small handles.
+//!
+//! Leases live in a slab; holders, parked acquires and expiry timers refer to a lease by its
+//! 4-byte [`LeaseRef`] instead of its 28-byte id, and the id index stores only handles (the id
+//! is read from the slab). With a million leases this is what keeps a lease's bookkeeping
+//! around a hundred bytes instead of several hundred.
+
+use std::collections::BTreeMap;
+
+use hashbrown::HashTable;
+
+use super::state::Lease;
+use super::types::LeaseId;
+
+/// A live lease's slot in its namespace's [`Leases`]. A slot is reused once its lease is gone,
+/// so a handle is only meaningful while the lease it was taken from is live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseRef(u32);
+
+/// The live leases of one namespace.
+#[derive(Debug, Default)]
+pub struct Leases {
+    /// Leases by slot; `None` is a free slot.
+    slots: Vec<Option<Lease>>,
+    /// Free slots, reused last-freed first.
+    free: Vec<u32>,
+    /// Slot numbers, found by the id of the lease in the slot.
+    index: HashTable<u32>,
+    hasher: ahash::RandomState,
+    /// Slots by serial: creation order, the LEASE.LIST order.
+    order: BTreeMap<u64, LeaseRef>,
+    /// The next lease's serial.
+    next_serial: u64,
+}
+
+impl Leases {
+    /// Live leases.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The handle of the live lease `id`.
+    pub fn find(&self, id: &LeaseId) -> Option<LeaseRef> {
+        let slots = &self.slots;
+        self.index
+            .find(self.hasher.hash_one(id), |s| slot_has(slots, s, id))
+            .map(|&s| LeaseRef(s))
+    }
+
+    /// The live lease `id`.
+    pub fn by_id(&self, id: &LeaseId) -> Option<&Lease> {
+        self.find(id).map(|r| &self[r])
+    }
+
+    /// The lease behind `r`, if its slot is in use.
+    pub fn get(&self, r: LeaseRef) -> Option<&Lease> {
+        self.slots.get(r.0 as usize)?.as_ref()
+    }
+
+    /// The lease behind `r`, if its slot is in use.
+    pub fn get_mut(&mut self, r: LeaseRef) -> Option<&mut Lease> {
+        self.slots.get_mut(r.0 as usize)?.as_mut()
+    }
+
+    /// A serial for a new lease: creation order.
+    pub fn take_serial(&mut self) -> u64 {
+        let s = self.next_serial;
+        self.next_serial += 1;
+        s
+    }
+
+    /// Adds a lease whose id is not live yet; returns its handle. Its serial must not be in use
+    /// (replay passes the journaled one; later serials are allocated above it).
+    pub fn insert(&mut self, lease: Lease) -> LeaseRef {
+        debug_assert!(self.find(&lease.id).is_none(), "lease ids are unique");
+        debug_assert!(
+            !self.order.contains_key(&lease.serial),
+            "serials are unique"
+        );
+        self.next_serial = self.next_serial.max(lease.serial + 1);
+        let hash = self.hasher.hash_one(lease.id);
+        let serial = lease.serial;
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = Some(lease);
+                s
+            }
+            None => {
+                self.slots.push(Some(lease));
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 leases")
+            }
+        };
+        let slots = &self.slots;
+        let hasher = &self.hasher;
+        self.index.insert_unique(hash, slot, |&s| {
+            hasher.hash_one(
+                slots[s as usize]
+                    .as_ref()
+                    .expect("indexed slots are used")
+                    .id,
+            )
+        });
+        self.order.insert(serial, LeaseRef(slot));
+        LeaseRef(slot)
+    }
+
+    /// Takes the lease behind `r` out.
+    pub fn remove(&mut self, r: LeaseRef) -> Option<Lease> {
+        let lease = self.slots.get_mut(r.0 as usize)?.take()?;
+        let hash = self.hasher.hash_one(lease.id);
+        // The slot is empty now: its index entry is the one that names it.
+        if let Ok(e) = self.index.find_entry(hash, |&s| s == r.0) {
+            e.remove();
+        }
+        self.order.remove(&lease.serial);
+        if self.index.is_empty() {
+            // A namespace that once had many leases gives their room back when it has none.
+            *self = Leases {
+                next_serial: self.next_serial,
+                ..Leases::default()
+            };
+        } else {
+            self.free.push(r.0);
+        }
+        Some(lease)
+    }
+
+    /// Handles in creation order (LEASE.LIST pages through this).
+    pub fn order(&self) -> &BTreeMap<u64, LeaseRef> {
+        &self.order
+    }
+
+    /// Live leases in creation order.
+    pub fn iter(&self) -> impl Iterator<Item = (LeaseRef, &Lease)> {
+        self.order.values().map(|&r| (r, &self[r]))
+    }
+}
+
+fn slot_has(slots: &[Option<Lease>], s: &u32, id: &LeaseId) -> bool {
+    slots[*s as usize].as_ref().is_some_and(|l| l.id == *id)
+}
+
+impl std::ops::Index<LeaseRef> for Leases {
+    type Output = Lease;
+
+    /// The live lease behind `r`; panics on a free slot (a handle outliving its lease).
+    fn index(&self, r: LeaseRef) -> &Lease {
+        self.slots[r.0 as usize]
+            .as_ref()
+            .expect("a handle names a live lease")
+    }
+}
+
+impl std::ops::IndexMut<LeaseRef> for Leases {
+    fn index_mut(&mut self, r: LeaseRef) -> &mut Lease {
+        self.slots[r.0 as usize]
+            .as_mut()
+            .expect("a handle names a live lease")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::types::Metadata;
+
+    fn lease(n: u64, serial: u64) -> Lease {
+        Lease {
+            id: LeaseId::from_counter(n),
+            serial,
+            process_id: Box::from(&b"p"[..]),
+            created_at: 0,
+            expires_at: 1,
+            metadata: Metadata::default(),
+            holds: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn slots_are_reused_and_ids_found() {
+        let mut t = Leases::default();
+        let refs: Vec<LeaseRef> = (0..100).map(|i| t.insert(lease(i, i))).collect();
+        assert_eq!(t.len(), 100);
+        for (i, r) in refs.iter().enumerate() {
+            assert_eq!(t.find(&LeaseId::from_counter(i as u64)), Some(*r));
+        }
+        for r in refs.iter().step_by(2) {
+            assert!(t.remove(*r).is_some());
+            assert!(t.remove(*r).is_none(), "removed once");
+        }
+        assert_eq!(t.len(), 50);
+        assert_eq!(t.find(&LeaseId::from_counter(0)), None);
+        assert_eq!(t.find(&LeaseId::from_counter(1)), Some(refs[1]));
+        let serial = t.take_serial();
+        assert_eq!(serial, 100);
+        let again = t.insert(lease(1000, serial));
+        assert!(
+            refs.iter().step_by(2).any(|r| *r == again),
+            "a free slot is reused"
+        );
+        let order: Vec<u64> = t.iter().map(|(_, l)| l.serial).collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted, "creation order");
+        assert_eq!(order.len(), 51);
+        let live: Vec<LeaseRef> = t.iter().map(|(r, _)| r).collect();
+        for r in live {
+            t.remove(r);
+        }
+        assert!(t.is_empty());
+        assert_eq!(t.slots.capacity(), 0, "room given back");
+        assert_eq!(t.take_serial(), 101, "serials keep rising");
+    }
+}
