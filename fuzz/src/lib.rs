@@ -1196,7 +1196,7 @@ fn compare_states(a: &BTreeMap<Name, Namespace>, b: &BTreeMap<Name, Namespace>) 
             let mut h: Vec<(Name, i64)> = l
                 .holds
                 .iter()
-                .map(|(k, t)| (n.sem_keys.get(*k).expect("live").clone(), *t))
+                .map(|(k, t)| (n.sem_keys.get(k).expect("live").clone(), t))
                 .collect();
             h.sort();
             h

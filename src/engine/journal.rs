@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::state::{Lease, Namespace, Semaphore};
+use super::state::{Holds, Lease, Namespace, Semaphore};
 use super::types::{FencingToken, LeaseId, Metadata, Name, Nanos, Weight};
 
 /// One state change.
@@ -254,7 +254,7 @@ pub fn apply(
             let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
             if let Some(s) = n.remove_semaphore(&name) {
                 for h in s.holders.iter() {
-                    n.leases[h.lease].holds.retain(|(x, _)| *x != s.key);
+                    n.leases[h.lease].holds.remove(s.key);
                 }
             }
         }
@@ -278,7 +278,7 @@ pub fn apply(
                         created_at,
                         expires_at,
                         metadata,
-                        holds: Vec::new(),
+                        holds: Holds::None,
                     });
                 }
             }
@@ -286,7 +286,7 @@ pub fn apply(
         Record::LeaseDel { ns, id } => {
             let n = nss.get_mut(&ns).ok_or_else(|| missing("namespace"))?;
             if let Some(l) = n.leases.find(&id).and_then(|r| n.leases.remove(r)) {
-                for (sem, token) in l.holds {
+                for (sem, token) in l.holds.iter() {
                     if let Some(s) = n.sem_keys.get(sem).cloned() {
                         n.semaphores
                             .get_mut(&s)

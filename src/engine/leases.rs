@@ -167,6 +167,7 @@ impl std::ops::IndexMut<LeaseRef> for Leases {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::state::Holds;
     use crate::engine::types::Metadata;
 
     fn lease(n: u64, serial: u64) -> Lease {
@@ -177,7 +178,7 @@ mod tests {
             created_at: 0,
             expires_at: 1,
             metadata: Metadata::default(),
-            holds: Vec::new(),
+            holds: Holds::None,
         }
     }
 

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use super::journal::{self, Record};
 use super::leases::LeaseRef;
 use super::page::{take_page, CursorKind, Dir, Page, PageOf};
-use super::state::{FastMap, Keys, Lease, Namespace, Semaphore, Waiter, WaiterId};
+use super::state::{FastMap, Holds, Keys, Lease, Namespace, Semaphore, Waiter, WaiterId};
 use super::timers::Timers;
 use super::types::{FencingToken, LeaseId, Limits, Metadata, Name, Nanos, Weight};
 use super::view::{self, Outcome};
@@ -198,11 +198,11 @@ impl Shard {
                     self.cx.timers.has_lease((l.expires_at, n.key, r)),
                     "a live lease without its expiry timer"
                 );
-                let mut keys: Vec<u32> = l.holds.iter().map(|(k, _)| *k).collect();
+                let mut keys: Vec<u32> = l.holds.iter().map(|(k, _)| k).collect();
                 keys.sort();
                 keys.dedup();
                 assert_eq!(keys.len(), l.holds.len(), "a lease lists a hold twice");
-                for &(key, token) in &l.holds {
+                for (key, token) in l.holds.iter() {
                     let sem = n.sem_keys.get(key).expect("a hold on a missing semaphore");
                     let h = n.semaphores[sem].holders.get(token);
                     assert_eq!(h.map(|h| h.lease), Some(r), "a hold without its holder");
@@ -689,7 +689,7 @@ impl Shard {
                 name: sem.clone(),
             });
             for h in s.holders.iter() {
-                n.leases[h.lease].holds.retain(|(x, _)| *x != s.key);
+                n.leases[h.lease].holds.remove(s.key);
             }
             for (&w, waiter) in &s.queue {
                 forget_waiter(&mut self.cx, (n.key, waiter.lease), w, waiter.deadline);
@@ -870,7 +870,7 @@ impl Shard {
             created_at: now,
             expires_at,
             metadata: meta,
-            holds: Vec::new(),
+            holds: Holds::None,
         };
         let reply = view::lease(&lease);
         self.cx.journal.push(journal::lease_put(ns, &lease));
@@ -1071,7 +1071,7 @@ fn drop_lease(n: &mut Namespace, r: LeaseRef, cx: &mut Cx) -> Vec<Name> {
         cx.outbox.push((*w, Reply::Error(lease_missing(&n.name))));
         touched.push(sem);
     }
-    for (key, token) in lease.holds {
+    for (key, token) in lease.holds.iter() {
         let sem = n
             .sem_keys
             .get(key)

@@ -201,10 +201,7 @@ impl Semaphore {
                     locked_at: now,
                     metadata,
                 });
-                // Leases usually hold one or two semaphores: grow one slot at a time instead
-                // of by doubling from four.
-                lease.holds.reserve_exact(1);
-                lease.holds.push((self.key, token));
+                lease.holds.add(self.key, token);
                 self.active_holds += weight;
                 token
             }
@@ -216,8 +213,7 @@ impl Semaphore {
 
     /// Removes `lease`'s hold; returns the weight it had.
     pub fn remove_hold(&mut self, lease: &mut Lease) -> Option<Weight> {
-        let at = lease.holds.iter().position(|(s, _)| *s == self.key)?;
-        let (_, token) = lease.holds.swap_remove(at);
+        let token = lease.holds.remove(self.key)?;
         self.remove_holder(token)
     }
 
@@ -353,15 +349,86 @@ pub struct Lease {
     pub expires_at: Nanos,
     /// Metadata.
     pub metadata: Metadata,
-    /// Semaphores this lease holds (by key in the namespace's `sem_keys`), with its holder's
-    /// fencing token in each.
-    pub holds: Vec<(u32, FencingToken)>,
+    /// Semaphores this lease holds.
+    pub holds: Holds,
 }
 
 impl Lease {
     /// The fencing token of this lease's holder on the semaphore with key `sem`, if any.
     pub fn hold_on(&self, sem: u32) -> Option<FencingToken> {
-        self.holds.iter().find(|(s, _)| *s == sem).map(|(_, t)| *t)
+        self.holds.iter().find(|(s, _)| *s == sem).map(|(_, t)| t)
+    }
+}
+
+/// The semaphores a lease holds, as (semaphore key in the namespace's `sem_keys`, fencing
+/// token of the lease's holder there). Most leases hold one, which is kept inline: no
+/// allocation, and the enum is no larger than the Vec it would otherwise be.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Holds {
+    /// None.
+    #[default]
+    None,
+    /// One.
+    One(u32, FencingToken),
+    /// Two or more.
+    Many(Vec<(u32, FencingToken)>),
+}
+
+impl Holds {
+    /// The holds.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, FencingToken)> + '_ {
+        let (one, many) = match self {
+            Holds::None => (None, &[][..]),
+            Holds::One(k, t) => (Some((*k, *t)), &[][..]),
+            Holds::Many(v) => (None, v.as_slice()),
+        };
+        one.into_iter().chain(many.iter().copied())
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        match self {
+            Holds::None => 0,
+            Holds::One(..) => 1,
+            Holds::Many(v) => v.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Records a hold on a semaphore the lease does not hold yet.
+    pub fn add(&mut self, sem: u32, token: FencingToken) {
+        debug_assert!(self.iter().all(|(k, _)| k != sem), "one hold per semaphore");
+        *self = match std::mem::take(self) {
+            Holds::None => Holds::One(sem, token),
+            Holds::One(k, t) => Holds::Many(vec![(k, t), (sem, token)]),
+            Holds::Many(mut v) => {
+                v.push((sem, token));
+                Holds::Many(v)
+            }
+        };
+    }
+
+    /// Drops the hold on semaphore `sem`; returns its token.
+    pub fn remove(&mut self, sem: u32) -> Option<FencingToken> {
+        match self {
+            Holds::None => None,
+            Holds::One(k, t) => {
+                let t = *t;
+                (*k == sem).then(|| *self = Holds::None).map(|_| t)
+            }
+            Holds::Many(v) => {
+                let at = v.iter().position(|(k, _)| *k == sem)?;
+                let (_, t) = v.swap_remove(at);
+                if let [(k, t)] = v[..] {
+                    *self = Holds::One(k, t);
+                }
+                Some(t)
+            }
+        }
     }
 }
 
@@ -376,4 +443,29 @@ pub struct Waiter {
     pub metadata: Metadata,
     /// When it times out.
     pub deadline: Nanos,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_go_from_inline_to_heap_and_back() {
+        assert!(std::mem::size_of::<Holds>() <= std::mem::size_of::<Vec<(u32, FencingToken)>>());
+        let mut h = Holds::default();
+        assert!(h.is_empty());
+        h.add(7, 70);
+        assert_eq!(h, Holds::One(7, 70));
+        h.add(8, 80);
+        h.add(9, 90);
+        assert_eq!(h.len(), 3);
+        assert_eq!(h.remove(7), Some(70));
+        assert_eq!(h.remove(7), None);
+        assert_eq!(h.remove(9), Some(90));
+        assert_eq!(h, Holds::One(8, 80), "back inline at one");
+        assert_eq!(h.iter().collect::<Vec<_>>(), vec![(8, 80)]);
+        assert_eq!(h.remove(1), None);
+        assert_eq!(h.remove(8), Some(80));
+        assert!(h.is_empty());
+    }
 }

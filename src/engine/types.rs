@@ -162,10 +162,11 @@ impl fmt::Debug for LeaseId {
 
 /// An opaque string map attached to an entity; keys unique and sorted, binary-safe.
 ///
-/// A boxed slice, not a Vec: every lease and holder carries one, usually empty, and the
-/// capacity word would be wasted.
+/// One word, null when empty: every lease and holder carries one, usually empty. (The Box
+/// around the Vec is the point: a thin pointer, where a Vec or boxed slice takes 2-3 words.)
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Metadata(Box<[(Bytes, Bytes)]>);
+#[allow(clippy::box_collection)]
+pub struct Metadata(Option<Box<Vec<(Bytes, Bytes)>>>);
 
 impl Metadata {
     /// Builds from pairs in request order: a duplicate key keeps its last value.
@@ -178,12 +179,13 @@ impl Metadata {
             }
         }
         v.sort_by(|a, b| a.0.cmp(&b.0));
-        Metadata(v.into_boxed_slice())
+        v.shrink_to_fit();
+        Metadata((!v.is_empty()).then(|| Box::new(v)))
     }
 
     /// The pairs, sorted by key.
     pub fn pairs(&self) -> &[(Bytes, Bytes)] {
-        &self.0
+        self.0.as_deref().map_or(&[], Vec::as_slice)
     }
 }
 
