@@ -605,29 +605,37 @@ hb_pow = 3
 while nlease and nlease > (2 ** hb_pow) * 7 // 8:
     hb_pow += 1
 hb_fill = (nlease or 0) / 2 ** hb_pow
-hb_bytes = 193 * 2 ** hb_pow / nlease if nlease else None
-w("Where permitd's bytes go (struct sizes from `std::mem::size_of` on the engine of commit d8f3f1b, x86-64; "
-  "allocations by glibc malloc; see `src/engine/state.rs`, `src/engine/shard.rs`):")
+index_bytes = 5 * 2 ** hb_pow / nlease if nlease else None
+cap = 1
+while nlease and cap < nlease:
+    cap *= 2
+slab_bytes = 104 * cap / nlease if nlease else None
+heap_bytes = 16 * cap / nlease if nlease else None
+per_sem = get(mp, "holders_per_semaphore") or 0
+deque_cap = 1
+while deque_cap < per_sem:
+    deque_cap *= 2
+holder_bytes = 40 * deque_cap / per_sem if per_sem else None
+w("Where permitd's bytes go (struct sizes from `std::mem::size_of`, x86-64; allocations by "
+  "mimalloc; see `src/engine/leases.rs`, `src/engine/state.rs`, `src/engine/timers.rs`):")
 w("")
-w("- per lease: the namespace's `leases: HashMap<LeaseId, Lease>` bucket is 192 bytes "
-  "(`LeaseId` 28 + `Lease` 160: id, serial, process_id `Bytes` 32, created/expires 16, metadata `Vec` 24, "
-  "`holds: Vec<Name>` 24, `waits: Vec` 24) + 1 control byte; hashbrown doubles its bucket count at 7/8 "
-  f"load, so at {fmt(nlease, 0)} leases the table has 2^{hb_pow} buckets ({hb_fill:.0%} full): about "
-  f"{fmt(hb_bytes, 0)} bytes per lease. "
-  "Then `lease_order: BTreeMap<u64, LeaseId>` (40-byte entries, B-tree nodes about half full under "
-  "ascending inserts: ~80 bytes), the expiry timer `BTreeSet<(Nanos, Timer::Lease(Name, LeaseId))>` "
-  "(~72-byte entries: ~150 bytes), and the process_id's own heap allocation (~32 bytes).")
-w("- per holder: `holders: BTreeMap<FencingToken, Holder>` (112-byte entries: the holder repeats the "
-  "lease id, a clone of the process_id `Bytes`, weight, locked_at, metadata `Vec`; ascending tokens "
-  "leave nodes about half full: ~200 bytes), `by_lease: HashMap<LeaseId, FencingToken>` (40-byte "
-  "buckets, ~50-80 bytes), and the lease's `holds: Vec<Name>` growing from empty to one name "
-  "allocates capacity 4 x 32 bytes (~128-144 bytes with malloc's header).")
+w(f"- per lease: a 104-byte slot in the namespace's slab (id 28, serial, process_id as a boxed slice, "
+  f"created/expires, metadata as one nullable pointer, the usual single hold inline); the slab's "
+  f"capacity is the next power of two, {fmt(cap, 0)} slots: about {fmt(slab_bytes, 0)} bytes per lease. "
+  f"The id index is a `hashbrown::HashTable<u32>` of slot numbers (4 bytes + 1 control byte a bucket, "
+  f"2^{hb_pow} buckets, {hb_fill:.0%} full: about {fmt(index_bytes, 0)} bytes). Creation order for "
+  "LEASE.LIST is a `BTreeMap<u64, LeaseRef>` (12-byte entries, nodes about half full under ascending "
+  f"inserts: ~25 bytes); the expiry timer is a 16-byte entry in a binary heap (~{fmt(heap_bytes, 0)} "
+  "bytes); the process_id's bytes are their own small allocation (~8-16 bytes).")
+w(f"- per holder: a 40-byte entry (token, lease handle, weight, locked_at, metadata pointer) in the "
+  f"semaphore's token-sorted deque, whose capacity doubles: {fmt(per_sem, 0)} holders in "
+  f"{fmt(deque_cap, 0)} slots, about {fmt(holder_bytes, 0)} bytes per holder.")
 w("- Redis's listpacks store the same holder as its 31-byte id twice plus a score and a small "
-  "integer, a few bytes of framing each, with no per-entry pointers: roughly 100-170 bytes. The gap "
-  "is data-structure overhead (hash tables sized to the next power of two, half-full B-tree nodes, "
-  "per-lease Vec and Bytes allocations, the 28-byte lease id kept six times: `leases` key, `Lease.id`, "
-  "`lease_order`, the expiry timer, `Holder.lease`, `by_lease`), not payload; permitd also keeps fields the Lua baseline has no place for "
-  "(process_id, created_at, locked_at, fencing token, metadata).")
+  "integer, a few bytes of framing each, with no per-entry pointers: roughly 100-170 bytes. What "
+  "is left of the gap is capacity rounding (the slab, the id index, the holder deques and the heap "
+  "are sized to powers of two), the creation-order index, and fields the Lua baseline has no place "
+  "for (process_id, created_at, locked_at, fencing token, serial, metadata). Before the compact "
+  "layout (commit c63ba3b) the same state took 856 bytes per lease + holder in the engine.")
 w("")
 w("### Load average per phase (1, 5, 15 min, read when each run ended)")
 w("")
