@@ -7,7 +7,22 @@ use permitd::config::Config;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Keeps transparent huge pages off for this process. mimalloc gives memory back in 64 KiB
+/// pieces; with THP, khugepaged fills such holes back to whole 2 MiB pages, so the RSS grew again
+/// while idle after a load (measured: 29.8 MB after the soak, 50 MB a minute later, 38 MB of it
+/// huge pages; 15 MB instead of 5 MB before the load).
+fn disable_transparent_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments and touches no memory of ours.
+    if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+        eprintln!(
+            "permitd: could not turn transparent huge pages off: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 fn main() {
+    disable_transparent_huge_pages();
     // `--print-command-docs` writes the command reference generated from the command table.
     if std::env::args().nth(1).as_deref() == Some("--print-command-docs") {
         print!("{}", permitd::command::docs::markdown());
