@@ -7,7 +7,30 @@ use permitd::config::Config;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Hands the calling thread's free memory back to the OS now: its empty pages go back to
+/// mimalloc's arenas, and every range waiting for its purge delay is purged at once (an idle
+/// thread would otherwise never purge, and keep its pages).
+fn trim() {
+    // SAFETY: mi_collect only walks the calling thread's own heap and the arenas.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
+/// Keeps transparent huge pages off for this process. mimalloc gives memory back in 64 KiB
+/// pieces; with THP, khugepaged fills such holes back to whole 2 MiB pages, so the RSS grew again
+/// while idle after a load (measured: 29.8 MB after the soak, 50 MB a minute later, 38 MB of it
+/// huge pages; 15 MB instead of 5 MB before the load).
+fn disable_transparent_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments and touches no memory of ours.
+    if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+        eprintln!(
+            "permitd: could not turn transparent huge pages off: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 fn main() {
+    disable_transparent_huge_pages();
     // `--print-command-docs` writes the command reference generated from the command table.
     if std::env::args().nth(1).as_deref() == Some("--print-command-docs") {
         print!("{}", permitd::command::docs::markdown());
@@ -21,7 +44,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    if let Err(e) = permitd::server::run(config) {
+    if let Err(e) = permitd::server::run(config, trim) {
         tracing::error!(error = %e, "permitd failed");
         std::process::exit(1);
     }

@@ -49,6 +49,8 @@ pub struct Global {
     pub acl: acl::Acl,
     /// TLS settings of `--tls-port`.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Returns the calling thread's free allocator memory to the OS (see [`run`]).
+    pub trim: fn(),
 }
 
 impl Global {
@@ -70,8 +72,10 @@ impl Global {
     }
 }
 
-/// Runs the server until SIGTERM, SIGINT or SHUTDOWN.
-pub fn run(config: Config) -> std::io::Result<()> {
+/// Runs the server until SIGTERM, SIGINT or SHUTDOWN. A shard thread calls `trim` after many of
+/// its connections closed, to give the allocator's free memory of that thread back to the OS:
+/// the binary chooses the allocator, so it says how (a no-op where nothing is needed).
+pub fn run(config: Config, trim: fn()) -> std::io::Result<()> {
     let addr: SocketAddr = format!("{}:{}", config.bind, config.port)
         .parse()
         .map_err(|e| {
@@ -130,6 +134,7 @@ pub fn run(config: Config) -> std::io::Result<()> {
         waiter_count: Arc::new(AtomicUsize::new(0)),
         acl,
         tls,
+        trim,
     });
     let mut threads = Vec::with_capacity(n);
     for ((id, rx), state) in inboxes.into_iter().enumerate().zip(loaded.shards) {

@@ -18,6 +18,10 @@ use crate::engine::{Cancel, Counts, Exec, Shard, Stats, WaiterId};
 use crate::persist::{self, Fsync, PersistStats, ShardState, Store};
 use crate::protocol::Reply;
 
+/// How long a shard waits, once its connections fell to half their peak, before it gives memory
+/// back: a burst of disconnects is trimmed once, and trimming runs at most once per delay.
+const TRIM_DELAY: Duration = Duration::from_secs(1);
+
 /// A reply with the LSN its client must see durable before it is written.
 pub type Durable<T> = (T, u64);
 
@@ -93,6 +97,10 @@ pub struct ShardCtx {
     parked: RefCell<FastMap<WaiterId, oneshot::Sender<Durable<Reply>>>>,
     timer_wake: Notify,
     flush_wake: Notify,
+    trim_wake: Notify,
+    /// Connections served by this thread now, and their most since the last trim.
+    conns: Cell<usize>,
+    conns_high: Cell<usize>,
     /// The deadline the timer task sleeps until (None: no deadline).
     scheduled: Cell<Option<Nanos>>,
     last_now: Cell<Nanos>,
@@ -124,6 +132,9 @@ impl ShardCtx {
             parked: RefCell::new(FastMap::default()),
             timer_wake: Notify::new(),
             flush_wake: Notify::new(),
+            trim_wake: Notify::new(),
+            conns: Cell::new(0),
+            conns_high: Cell::new(0),
             scheduled: Cell::new(None),
             last_now: Cell::new(0),
             commands: Cell::new(0),
@@ -250,7 +261,14 @@ impl ShardCtx {
         match msg {
             ShardMsg::Conn(stream, tls) => match tokio::net::TcpStream::from_std(stream) {
                 Ok(s) => {
-                    tokio::task::spawn_local(super::conn::serve(self.clone(), s, tls));
+                    let ctx = self.clone();
+                    let n = ctx.conns.get() + 1;
+                    ctx.conns.set(n);
+                    ctx.conns_high.set(ctx.conns_high.get().max(n));
+                    tokio::task::spawn_local(async move {
+                        super::conn::serve(ctx.clone(), s, tls).await;
+                        ctx.connection_closed();
+                    });
                 }
                 Err(e) => tracing::warn!(error = %e, "could not adopt a connection"),
             },
@@ -298,6 +316,35 @@ impl ShardCtx {
 }
 
 impl ShardCtx {
+    /// Counts a closed connection; once the thread serves half of its peak or fewer, the memory
+    /// of the others is to be given back.
+    fn connection_closed(&self) {
+        let n = self.conns.get() - 1;
+        self.conns.set(n);
+        if n * 2 <= self.conns_high.get() {
+            self.trim_wake.notify_one();
+        }
+    }
+
+    /// Gives back memory after connections went away: the parked-acquire map shrinks if it is
+    /// mostly empty, and the allocator returns this thread's free pages to the OS (an idle
+    /// allocator thread would otherwise keep them, and never run its own delayed purges). It
+    /// runs only after disconnects, never on a timer, so an idle or steady server pays nothing.
+    async fn trim_loop(self: Rc<Self>) {
+        loop {
+            self.trim_wake.notified().await;
+            tokio::time::sleep(TRIM_DELAY).await;
+            {
+                let mut parked = self.parked.borrow_mut();
+                if parked.capacity() > 4 * parked.len().max(16) {
+                    parked.shrink_to_fit();
+                }
+            }
+            (self.global.trim)();
+            self.conns_high.set(self.conns.get());
+        }
+    }
+
     /// Writes the log behind the commands: each pass takes every record framed since the last
     /// one and writes it with one write (and one fdatasync under `always`): group commit.
     async fn flush_loop(self: Rc<Self>) {
@@ -442,6 +489,7 @@ pub fn spawn(
                 let ctx = Rc::new(ShardCtx::new(id, global.clone(), state, store));
                 tokio::task::spawn_local(ctx.clone().timer_loop());
                 tokio::task::spawn_local(ctx.clone().flush_loop());
+                tokio::task::spawn_local(ctx.clone().trim_loop());
                 if policy == Fsync::Everysec {
                     tokio::task::spawn_local(ctx.clone().everysec_loop());
                 }
