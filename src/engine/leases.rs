@@ -95,16 +95,8 @@ impl Leases {
                 u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 leases")
             }
         };
-        let slots = &self.slots;
-        let hasher = &self.hasher;
-        self.index.insert_unique(hash, slot, |&s| {
-            hasher.hash_one(
-                slots[s as usize]
-                    .as_ref()
-                    .expect("indexed slots are used")
-                    .id,
-            )
-        });
+        self.index
+            .insert_unique(hash, slot, slot_hash(&self.slots, &self.hasher));
         self.order.insert(serial, LeaseRef(slot));
         LeaseRef(slot)
     }
@@ -130,6 +122,25 @@ impl Leases {
         Some(lease)
     }
 
+    /// Gives back room left by a peak: free slots at the end of the slab go (a slot in the
+    /// middle stays, its neighbours' handles must not move), and the slab, the free list and
+    /// the id index shrink when they hold a quarter of their capacity or less.
+    pub fn shrink(&mut self) {
+        while self.slots.last().is_some_and(Option::is_none) {
+            self.slots.pop();
+        }
+        let len = self.slots.len();
+        self.free.retain(|&s| (s as usize) < len);
+        if self.slots.capacity() > 4 * len.max(16) {
+            self.slots.shrink_to_fit();
+            self.free.shrink_to_fit();
+        }
+        if self.index.capacity() > 4 * self.index.len().max(16) {
+            self.index
+                .shrink_to_fit(slot_hash(&self.slots, &self.hasher));
+        }
+    }
+
     /// Handles in creation order (LEASE.LIST pages through this).
     pub fn order(&self) -> &BTreeMap<u64, LeaseRef> {
         &self.order
@@ -138,6 +149,17 @@ impl Leases {
     /// Live leases in creation order.
     pub fn iter(&self) -> impl Iterator<Item = (LeaseRef, &Lease)> {
         self.order.values().map(|&r| (r, &self[r]))
+    }
+}
+
+/// How the id index hashes slot `s` when it grows or shrinks: by the id of the lease in it.
+fn slot_hash<'a>(
+    slots: &'a [Option<Lease>],
+    hasher: &'a ahash::RandomState,
+) -> impl Fn(&u32) -> u64 + 'a {
+    move |&s| {
+        let lease = slots[s as usize].as_ref().expect("indexed slots are used");
+        hasher.hash_one(lease.id)
     }
 }
 
@@ -216,5 +238,35 @@ mod tests {
         assert!(t.is_empty());
         assert_eq!(t.slots.capacity(), 0, "room given back");
         assert_eq!(t.take_serial(), 101, "serials keep rising");
+    }
+
+    #[test]
+    fn shrink_gives_back_the_tail_and_keeps_handles() {
+        let mut t = Leases::default();
+        let refs: Vec<LeaseRef> = (0..1000).map(|i| t.insert(lease(i, i))).collect();
+        // Keep 0..10 and 200; free the rest.
+        for (i, r) in refs.iter().enumerate() {
+            if i >= 10 && i != 200 {
+                t.remove(*r);
+            }
+        }
+        t.shrink();
+        assert_eq!(
+            t.slots.len(),
+            201,
+            "free slots after the last live one are gone"
+        );
+        assert!(t.slots.capacity() < 1000);
+        assert!(t.free.iter().all(|&s| s < 201));
+        for i in (0..10).chain([200]) {
+            let r = t.find(&LeaseId::from_counter(i)).expect("still found");
+            assert_eq!(r, refs[i as usize], "handles do not move");
+        }
+        let r = t.insert(lease(5000, t.next_serial));
+        assert!((r.0 as usize) < 201, "a free slot inside is reused");
+        assert_eq!(
+            t.by_id(&LeaseId::from_counter(5000)).map(|l| l.serial),
+            Some(1000)
+        );
     }
 }

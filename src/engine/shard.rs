@@ -244,6 +244,18 @@ impl Shard {
         assert_eq!(listed, queued, "lease waiter lists");
     }
 
+    /// Gives back the room of indexes that grew in a load peak and are mostly empty now
+    /// (parked acquires, lease tables, expiry timers). It walks every namespace, so the server
+    /// calls it only after many of its connections closed, at most once a second.
+    pub fn shrink_sparse(&mut self) {
+        shrink_map(&mut self.cx.waiter_at);
+        shrink_map(&mut self.cx.lease_waits);
+        self.cx.timers.shrink();
+        for n in self.namespaces.values_mut() {
+            n.leases.shrink();
+        }
+    }
+
     /// Shares the count of parked acquires with other shards, so that `max_waiters` holds for
     /// the whole server (by default a shard counts only its own).
     pub fn share_waiter_count(&mut self, count: Arc<AtomicUsize>) {
@@ -934,6 +946,13 @@ impl Shard {
             serve(n, &sem, now, &mut self.cx);
         }
         Ok(Reply::OK)
+    }
+}
+
+/// Shrinks `m` when it has room for four times what it holds (and more than a few entries).
+fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut FastMap<K, V>) {
+    if m.capacity() > 4 * m.len().max(16) {
+        m.shrink_to_fit();
     }
 }
 

@@ -55,6 +55,13 @@ impl Timers {
         self.rebuild_at = (2 * self.leases.len()).max(MIN_REBUILD);
     }
 
+    /// Gives back the heap's room when it holds a quarter of it or less.
+    pub fn shrink(&mut self) {
+        if self.leases.capacity() > 4 * self.leases.len().max(MIN_REBUILD) {
+            self.leases.shrink_to_fit();
+        }
+    }
+
     /// Schedules a parked acquire's time-out.
     pub fn add_waiter(&mut self, at: Nanos, id: WaiterId) {
         self.waiters.insert((at, id));

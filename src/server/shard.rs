@@ -326,8 +326,8 @@ impl ShardCtx {
         }
     }
 
-    /// Gives back memory after connections went away: the parked-acquire map shrinks if it is
-    /// mostly empty, and the allocator returns this thread's free pages to the OS (an idle
+    /// Gives back memory after connections went away: the parked-acquire map and the engine's
+    /// indexes shrink if they are mostly empty, and the allocator returns this thread's free pages to the OS (an idle
     /// allocator thread would otherwise keep them, and never run its own delayed purges). It
     /// runs only after disconnects, never on a timer, so an idle or steady server pays nothing.
     async fn trim_loop(self: Rc<Self>) {
@@ -340,6 +340,7 @@ impl ShardCtx {
                     parked.shrink_to_fit();
                 }
             }
+            self.engine.borrow_mut().shrink_sparse();
             (self.global.trim)();
             self.conns_high.set(self.conns.get());
         }
