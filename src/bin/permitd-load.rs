@@ -144,6 +144,10 @@ struct HandoffArgs {
     /// Namespace.
     #[arg(long, default_value = "permitd-load")]
     ns: String,
+    /// Idle milliseconds between the waiter parking and the release (0: release at once). With
+    /// a gap, server and client sleep before each hand-off, as in bench-peers' Node client.
+    #[arg(long, default_value_t = 0.0)]
+    gap_ms: f64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -919,6 +923,9 @@ fn handoff(addr: SocketAddr, a: &HandoffArgs) -> Result<()> {
             );
             waiter.0.send(&buf).await?;
             park_probe.wait_parked(&mut ctl).await?;
+            if a.gap_ms > 0.0 {
+                tokio::time::sleep(Duration::from_secs_f64(a.gap_ms / 1000.0)).await;
+            }
             // ... the holder releases, and the clock runs until the waiter hears ACQUIRED.
             buf.clear();
             encode_command(&mut buf, &[b"SEM.RELEASE", ns, sb, holder.1.as_bytes()]);
