@@ -113,6 +113,9 @@ pub fn run(config: Config, trim: fn()) -> std::io::Result<()> {
         ms = started.elapsed().as_millis() as u64,
         "DB loaded from disk"
     );
+    // Loading read whole files and built the state on this thread, which then mostly sleeps in
+    // the accept loop: its freed buffers go back to the OS now or never.
+    trim();
     let mut inboxes = Vec::with_capacity(n);
     let mut senders = Vec::with_capacity(n);
     for _ in 0..n {
