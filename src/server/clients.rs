@@ -50,12 +50,13 @@ struct Names {
 }
 
 impl Client {
-    /// Sets the connection name (`CLIENT SETNAME`, `HELLO ... SETNAME`).
+    /// Sets the connection name (`CLIENT SETNAME`, `HELLO ... SETNAME`). Like `set_lib`, it keeps
+    /// a copy: the argument is a slice of the connection's read buffer, which it would pin.
     pub fn set_name(&self, name: Bytes) {
         self.names
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .name = name;
+            .name = Bytes::copy_from_slice(&name);
     }
 
     /// The connection name.
@@ -71,9 +72,9 @@ impl Client {
     pub fn set_lib(&self, lib_name: bool, value: Bytes) {
         let mut n = self.names.lock().unwrap_or_else(PoisonError::into_inner);
         if lib_name {
-            n.lib_name = value;
+            n.lib_name = Bytes::copy_from_slice(&value);
         } else {
-            n.lib_ver = value;
+            n.lib_ver = Bytes::copy_from_slice(&value);
         }
     }
 

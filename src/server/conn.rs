@@ -30,6 +30,15 @@ use crate::protocol::{Proto, ProtocolError, Reply, RequestParser};
 /// Replies are written once this much is buffered, even mid-pipeline.
 const OUT_FLUSH: usize = 64 * 1024;
 
+/// Room for one read into an empty read buffer, and for the replies to it. 8 KiB blocks live in
+/// mimalloc's 64 KiB small pages (blocks up to 10 KiB), so a buffer alive after a disconnect
+/// burst pins one of those, not a 512 KiB medium page. Bigger pipelines grow the buffers; they
+/// are dropped once idle.
+const BUF_START: usize = 8 * 1024;
+
+/// Least room given to a read that continues a partial request.
+const READ_MIN: usize = 1024;
+
 /// How long a TLS client may take to finish its handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -55,7 +64,32 @@ pub async fn serve(ctx: Rc<ShardCtx>, stream: TcpStream, tls: bool) {
     }
 }
 
-async fn run<S: AsyncRead + AsyncWrite + Unpin>(ctx: Rc<ShardCtx>, stream: S, client: Arc<Client>) {
+/// A client's byte stream.
+trait Transport: AsyncRead + AsyncWrite + Unpin {
+    /// Waits until a read may bring bytes, so that the read buffer gets its room only then. A
+    /// stream that buffers inside (TLS) returns at once and its connections keep a read buffer.
+    async fn wait_readable(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Transport for TcpStream {
+    async fn wait_readable(&self) -> std::io::Result<()> {
+        self.readable().await
+    }
+}
+
+impl Transport for tokio_rustls::server::TlsStream<TcpStream> {}
+
+/// Reads what the client sent into `buf`, which gets room only once the stream is readable.
+async fn fill<S: Transport>(stream: &mut S, buf: &mut BytesMut) -> std::io::Result<usize> {
+    stream.wait_readable().await?;
+    // Reserving reuses the buffer's room when the parsed requests are gone, else allocates.
+    buf.reserve(if buf.is_empty() { BUF_START } else { READ_MIN });
+    stream.read_buf(buf).await
+}
+
+async fn run<S: Transport>(ctx: Rc<ShardCtx>, stream: S, client: Arc<Client>) {
     let g = ctx.global.clone();
     // Logged in as the default user at once when it needs no password.
     let user = g.acl.get("default").filter(|u| u.is_open());
@@ -67,8 +101,8 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(ctx: Rc<ShardCtx>, stream: S, cl
         g: g.clone(),
         client: client.clone(),
         stream,
-        inbuf: BytesMut::with_capacity(16 * 1024),
-        out: BytesMut::with_capacity(16 * 1024),
+        inbuf: BytesMut::new(),
+        out: BytesMut::new(),
         parser: RequestParser::default(),
         proto: Proto::Resp2,
         multi: None,
@@ -130,7 +164,7 @@ enum Event {
     Shutdown,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
+impl<S: Transport> Conn<S> {
     async fn run(&mut self) {
         loop {
             if let Read::Closed = self.read().await {
@@ -140,7 +174,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             if self.write_out().await.is_err() || self.close {
                 return;
             }
+            self.release_buffers();
         }
+    }
+
+    /// Drops the buffers' room before waiting on the client (the replies are written): most of
+    /// many connections are idle, and a buffer that grew for one big pipeline or reply does not
+    /// stay big. A partial request stays in the read buffer.
+    fn release_buffers(&mut self) {
+        if self.inbuf.is_empty() {
+            self.inbuf = BytesMut::new();
+        }
+        self.out = BytesMut::new();
     }
 
     /// Waits for bytes or the idle timeout. CLIENT KILL and shutdown end this read by shutting
@@ -150,9 +195,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             return Read::Closed;
         }
         let r = match self.g.config.timeout {
-            0 => self.stream.read_buf(&mut self.inbuf).await,
+            0 => fill(&mut self.stream, &mut self.inbuf).await,
             secs => {
-                let read = self.stream.read_buf(&mut self.inbuf);
+                let read = fill(&mut self.stream, &mut self.inbuf);
                 match tokio::time::timeout(Duration::from_secs(secs), read).await {
                     Ok(r) => r,
                     Err(_) => {
@@ -224,6 +269,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
 
     /// Runs every complete request in the input buffer.
     async fn process(&mut self) {
+        // The replies' room at once, rather than growing it from a few bytes reply by reply.
+        self.out.reserve(BUF_START);
         while !self.close {
             let authed = self.user.is_some();
             match self
@@ -431,12 +478,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             self.cancel(shard, id, Cancel::Disconnected).await;
             return None;
         }
+        self.release_buffers();
         self.client.blocked.store(true, Ordering::Release);
         self.g.clients.blocked.fetch_add(1, Ordering::Relaxed);
         let result = loop {
             let ev = tokio::select! {
                 r = &mut rx => Event::Reply(r.ok()),
-                r = self.stream.read_buf(&mut self.inbuf) => Event::Read(r),
+                r = fill(&mut self.stream, &mut self.inbuf) => Event::Read(r),
                 _ = self.client.wake.notified() => Event::Wake,
                 _ = self.shutdown.wait_for(|s| *s) => Event::Shutdown,
             };

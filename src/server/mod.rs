@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 
 use crate::config::Config;
 use crate::engine::types::{Limits, Name};
@@ -51,6 +51,10 @@ pub struct Global {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Returns the calling thread's free allocator memory to the OS (see [`run`]).
     pub trim: fn(),
+    /// Set by a shard after its trim: the accepting thread then trims too. Its memory of the
+    /// connections it handed over (socket registrations, messages) is freed by the shards or on
+    /// its own next turn, and an idle thread would keep those pages.
+    pub trim_acceptor: Notify,
 }
 
 impl Global {
@@ -73,7 +77,8 @@ impl Global {
 }
 
 /// Runs the server until SIGTERM, SIGINT or SHUTDOWN. A shard thread calls `trim` after many of
-/// its connections closed, to give the allocator's free memory of that thread back to the OS:
+/// its connections closed, then the accepting thread does, to give the allocator's free memory of
+/// each thread back to the OS:
 /// the binary chooses the allocator, so it says how (a no-op where nothing is needed).
 pub fn run(config: Config, trim: fn()) -> std::io::Result<()> {
     let addr: SocketAddr = format!("{}:{}", config.bind, config.port)
@@ -138,6 +143,7 @@ pub fn run(config: Config, trim: fn()) -> std::io::Result<()> {
         acl,
         tls,
         trim,
+        trim_acceptor: Notify::new(),
     });
     let mut threads = Vec::with_capacity(n);
     for ((id, rx), state) in inboxes.into_iter().enumerate().zip(loaded.shards) {
@@ -197,6 +203,7 @@ async fn accept_loop(
             _ = term.recv() => { tracing::info!("Received SIGTERM scheduling shutdown..."); break; }
             _ = int.recv() => { tracing::info!("Received SIGINT scheduling shutdown..."); break; }
             _ = shutdown.wait_for(|s| *s) => break,
+            _ = global.trim_acceptor.notified() => (global.trim)(),
             accepted = accept_either(&listener, tls_listener.as_ref()) => {
                 let (accepted, tls) = accepted;
                 let (stream, peer) = match accepted {

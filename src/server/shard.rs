@@ -342,6 +342,7 @@ impl ShardCtx {
             }
             self.engine.borrow_mut().shrink_sparse();
             (self.global.trim)();
+            self.global.trim_acceptor.notify_one();
             self.conns_high.set(self.conns.get());
         }
     }
