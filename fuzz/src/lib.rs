@@ -147,12 +147,9 @@ fn check_error_line(e: &Error) {
 }
 
 fn encode_multibulk(args: &[Bytes]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
+    let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+    let mut out = Vec::new();
+    permitd::protocol::request::encode_request(&mut out, &args);
     out
 }
 

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BytesMut};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use permitd::protocol::request::encode_request;
 use redis_protocol::resp2::decode::decode_range;
 use redis_protocol::resp2::types::RangeFrame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -257,7 +258,7 @@ impl Conn {
     /// One command, one reply, as an owned value (setup and control, not the hot path).
     async fn call(&mut self, args: &[&[u8]]) -> Result<Value> {
         let mut out = Vec::new();
-        encode_command(&mut out, args);
+        encode_request(&mut out, args);
         let reply = async {
             self.send(&out).await?;
             self.next(Value::from_range).await
@@ -268,16 +269,6 @@ impl Conn {
                 .map(|a| String::from_utf8_lossy(a).into_owned());
             format!("{}: {e}", name.unwrap_or_default()).into()
         })
-    }
-}
-
-/// Appends one command as a RESP2 array of bulk strings.
-fn encode_command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
     }
 }
 
@@ -703,7 +694,7 @@ fn throughput(addr: SocketAddr, a: &ThroughputArgs) -> Result<()> {
                     let sem = &sems[i % sems.len()];
                     let mut batch = Vec::new();
                     for _ in 0..p {
-                        encode_command(
+                        encode_request(
                             &mut batch,
                             &[
                                 b"SEM.ACQUIRE",
@@ -714,7 +705,7 @@ fn throughput(addr: SocketAddr, a: &ThroughputArgs) -> Result<()> {
                                 b"0",
                             ],
                         );
-                        encode_command(
+                        encode_request(
                             &mut batch,
                             &[
                                 b"SEM.RELEASE",
@@ -746,7 +737,7 @@ fn throughput(addr: SocketAddr, a: &ThroughputArgs) -> Result<()> {
                     let (hk, wk) = lua_keys(&a.ns, &sems[i % sems.len()]);
                     let mut batch = Vec::new();
                     for _ in 0..p {
-                        encode_command(
+                        encode_request(
                             &mut batch,
                             &[
                                 b"EVALSHA",
@@ -760,7 +751,7 @@ fn throughput(addr: SocketAddr, a: &ThroughputArgs) -> Result<()> {
                                 ttl_ms.as_bytes(),
                             ],
                         );
-                        encode_command(
+                        encode_request(
                             &mut batch,
                             &[
                                 b"EVALSHA",
@@ -849,7 +840,7 @@ fn ping(addr: SocketAddr, a: &PingArgs) -> Result<()> {
         let conns = connect_all(addr, c).await?;
         let mut batch = Vec::new();
         for _ in 0..p {
-            encode_command(&mut batch, &[b"PING"]);
+            encode_request(&mut batch, &[b"PING"]);
         }
         conns
             .into_iter()
@@ -891,7 +882,7 @@ fn handoff(addr: SocketAddr, a: &HandoffArgs) -> Result<()> {
 
         // x takes the only permit.
         let mut buf = Vec::new();
-        encode_command(
+        encode_request(
             &mut buf,
             &[b"SEM.ACQUIRE", ns, sb, lx.as_bytes(), b"1", b"0"],
         );
@@ -910,7 +901,7 @@ fn handoff(addr: SocketAddr, a: &HandoffArgs) -> Result<()> {
             }
             // The waiter parks ...
             buf.clear();
-            encode_command(
+            encode_request(
                 &mut buf,
                 &[
                     b"SEM.ACQUIRE",
@@ -928,7 +919,7 @@ fn handoff(addr: SocketAddr, a: &HandoffArgs) -> Result<()> {
             }
             // ... the holder releases, and the clock runs until the waiter hears ACQUIRED.
             buf.clear();
-            encode_command(&mut buf, &[b"SEM.RELEASE", ns, sb, holder.1.as_bytes()]);
+            encode_request(&mut buf, &[b"SEM.RELEASE", ns, sb, holder.1.as_bytes()]);
             let t0 = Instant::now();
             holder.0.send(&buf).await?;
             let outcome = waiter.0.next(permitd_outcome).await??;
@@ -1052,8 +1043,8 @@ mod tests {
     #[test]
     fn encodes_commands_as_resp2_arrays() {
         let mut out = Vec::new();
-        encode_command(&mut out, &[b"PING"]);
-        encode_command(&mut out, &[b"ECHO", b""]);
+        encode_request(&mut out, &[b"PING"]);
+        encode_request(&mut out, &[b"ECHO", b""]);
         assert_eq!(out, b"*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$0\r\n\r\n");
     }
 

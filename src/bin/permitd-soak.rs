@@ -32,6 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BytesMut};
 use clap::Parser;
+use permitd::protocol::request::encode_request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
@@ -193,12 +194,9 @@ fn parse_at(buf: &[u8], pos: usize) -> Result<Option<(V, usize)>, String> {
 }
 
 fn encode(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let mut out = Vec::new();
+    encode_request(&mut out, &args);
     out
 }
 

@@ -162,6 +162,17 @@ fn length_line(buf: &mut BytesMut, what: &str) -> Result<Option<Bytes>, Protocol
     }
 }
 
+/// Appends one command as clients send it: a multibulk array of bulk strings. The server never
+/// encodes requests; its load generator, soak driver, tests and fuzzer do, all with this.
+pub fn encode_request(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// Parses a decimal as Redis's `string2ll` does: no sign but `-`, no leading zeros, no spaces.
 pub fn parse_len(s: &[u8]) -> Option<i64> {
     let (neg, digits) = match s {

@@ -592,12 +592,8 @@ impl RawConn {
 
 /// Encodes a command as a RESP multibulk array of bulk strings.
 pub fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
+    let mut out = Vec::new();
+    permitd::protocol::request::encode_request(&mut out, args);
     out
 }
 
