@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use hashbrown::HashTable;
 
-use super::state::Lease;
+use super::state::{sparse, Lease};
 use super::types::LeaseId;
 
 /// A live lease's slot in its namespace's [`Leases`]. A slot is reused once its lease is gone,
@@ -60,11 +60,6 @@ impl Leases {
     /// The lease behind `r`, if its slot is in use.
     pub fn get(&self, r: LeaseRef) -> Option<&Lease> {
         self.slots.get(r.0 as usize)?.as_ref()
-    }
-
-    /// The lease behind `r`, if its slot is in use.
-    pub fn get_mut(&mut self, r: LeaseRef) -> Option<&mut Lease> {
-        self.slots.get_mut(r.0 as usize)?.as_mut()
     }
 
     /// A serial for a new lease: creation order.
@@ -131,11 +126,11 @@ impl Leases {
         }
         let len = self.slots.len();
         self.free.retain(|&s| (s as usize) < len);
-        if self.slots.capacity() > 4 * len.max(16) {
+        if sparse(self.slots.capacity(), len, 16) {
             self.slots.shrink_to_fit();
             self.free.shrink_to_fit();
         }
-        if self.index.capacity() > 4 * self.index.len().max(16) {
+        if sparse(self.index.capacity(), self.index.len(), 16) {
             self.index
                 .shrink_to_fit(slot_hash(&self.slots, &self.hasher));
         }

@@ -13,8 +13,10 @@ use bytes::Bytes;
 use super::journal::{self, Record};
 use super::leases::LeaseRef;
 use super::page::{take_page, CursorKind, Dir, Page, PageOf};
-use super::state::{FastMap, Holds, Keys, Lease, Namespace, Semaphore, Waiter, WaiterId};
-use super::timers::Timers;
+use super::state::{
+    shrink_map, FastMap, Holds, Keys, Lease, Namespace, Semaphore, Waiter, WaiterId,
+};
+use super::timers::{LeaseDeadline, Timers};
 use super::types::{FencingToken, LeaseId, Limits, Metadata, Name, Nanos, Weight};
 use super::view::{self, Outcome};
 use crate::command::EngineRequest;
@@ -278,19 +280,22 @@ impl Shard {
     /// Stale expiry entries at the head (refreshed or gone leases) are dropped first, so the
     /// answer is exact and the caller never wakes for nothing.
     pub fn next_deadline(&mut self) -> Option<Nanos> {
-        while let Some((t, key, r)) = self.cx.timers.peek_lease() {
-            let live = self
-                .keys
-                .get(key)
-                .and_then(|ns| self.namespaces.get(ns))
-                .and_then(|n| n.leases.get(r))
-                .is_some_and(|l| l.expires_at == t);
-            if live {
+        while let Some(entry) = self.cx.timers.peek_lease() {
+            if self.expiring(entry).is_some() {
                 break;
             }
-            self.cx.timers.pop_lease(t);
+            self.cx.timers.pop_lease(entry.0);
         }
         self.cx.timers.next()
+    }
+
+    /// The namespace of the lease an expiry entry names, if that lease is live and dies at the
+    /// entry's instant; `None` for a stale entry (the lease was refreshed or revoked, or its
+    /// namespace deleted).
+    fn expiring(&self, (t, key, r): LeaseDeadline) -> Option<&Name> {
+        let ns = self.keys.get(key)?;
+        let lease = self.namespaces.get(ns)?.leases.get(r)?;
+        (lease.expires_at == t).then_some(ns)
     }
 
     /// Replies for parked acquires produced since the last call.
@@ -340,16 +345,10 @@ impl Shard {
             let mut touched: Vec<(Name, Name)> = Vec::new();
             // Leases due at t die before the time-outs due at t.
             while let Some((key, r)) = self.cx.timers.pop_lease(t) {
-                let Some(ns) = self.keys.get(key) else {
-                    continue; // the namespace is gone
-                };
-                let n = self
-                    .namespaces
-                    .get_mut(ns)
-                    .expect("keys name live namespaces");
-                if n.leases.get_mut(r).is_none_or(|l| l.expires_at != t) {
+                let Some(ns) = self.expiring((t, key, r)).cloned() else {
                     continue; // a stale entry
-                }
+                };
+                let n = self.namespaces.get_mut(&ns).expect("just found");
                 self.cx.stats.leases_expired += 1;
                 for sem in drop_lease(n, r, &mut self.cx) {
                     touched.push((ns.clone(), sem));
@@ -946,13 +945,6 @@ impl Shard {
             serve(n, &sem, now, &mut self.cx);
         }
         Ok(Reply::OK)
-    }
-}
-
-/// Shrinks `m` when it has room for four times what it holds (and more than a few entries).
-fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut FastMap<K, V>) {
-    if m.capacity() > 4 * m.len().max(16) {
-        m.shrink_to_fit();
     }
 }
 

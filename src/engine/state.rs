@@ -15,6 +15,20 @@ pub type WaiterId = u64;
 /// A hash map with the fast, DoS-resistant ahash hasher.
 pub type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
+/// Whether a collection holding `len` items in room for `capacity` should give room back after
+/// a peak: it fills a quarter of it or less (counting `len` as at least `floor`, so that small
+/// collections are left alone).
+pub fn sparse(capacity: usize, len: usize, floor: usize) -> bool {
+    capacity > 4 * len.max(floor)
+}
+
+/// Shrinks `m` when it is [`sparse`].
+pub fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut FastMap<K, V>) {
+    if sparse(m.capacity(), m.len(), 16) {
+        m.shrink_to_fit();
+    }
+}
+
 /// Names by small integer keys, handed out so that no two live names share one. Keys stand in
 /// for names where one is stored per lease (its holds, its expiry timer).
 #[derive(Debug, Default)]

@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
 use super::leases::LeaseRef;
-use super::state::WaiterId;
+use super::state::{sparse, WaiterId};
 use super::types::Nanos;
 
 /// Size of the heap at which the first rebuild is considered.
@@ -57,7 +57,7 @@ impl Timers {
 
     /// Gives back the heap's room when it holds a quarter of it or less.
     pub fn shrink(&mut self) {
-        if self.leases.capacity() > 4 * self.leases.len().max(MIN_REBUILD) {
+        if sparse(self.leases.capacity(), self.leases.len(), MIN_REBUILD) {
             self.leases.shrink_to_fit();
         }
     }

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use super::Global;
 use crate::command::EngineRequest;
 use crate::engine::page::{Page, PageOf};
-use crate::engine::state::FastMap;
+use crate::engine::state::{shrink_map, FastMap};
 use crate::engine::types::{Name, Nanos};
 use crate::engine::{Cancel, Counts, Exec, Shard, Stats, WaiterId};
 use crate::persist::{self, Fsync, PersistStats, ShardState, Store};
@@ -334,12 +334,7 @@ impl ShardCtx {
         loop {
             self.trim_wake.notified().await;
             tokio::time::sleep(TRIM_DELAY).await;
-            {
-                let mut parked = self.parked.borrow_mut();
-                if parked.capacity() > 4 * parked.len().max(16) {
-                    parked.shrink_to_fit();
-                }
-            }
+            shrink_map(&mut self.parked.borrow_mut());
             self.engine.borrow_mut().shrink_sparse();
             (self.global.trim)();
             self.global.trim_acceptor.notify_one();
