@@ -241,6 +241,23 @@ fn redis_cli(args: &[&str]) -> Run {
 // ---------------------------------------------------------------------------------------------
 
 /// Everything an admin can see of namespace team-b-x (a rejected command must change none of it).
+/// Creates user `alice` (password `alice-pw`), confined to the `team-a-*` namespaces with the
+/// semaphore and connection commands, plus `extra` rules.
+fn team_a_user(admin: &mut redis::Connection, extra: &[&str]) {
+    let mut words = vec![
+        "ACL",
+        "SETUSER",
+        "alice",
+        "on",
+        ">alice-pw",
+        "~team-a-*",
+        "+@semaphore",
+        "+@connection",
+    ];
+    words.extend_from_slice(extra);
+    ok(admin, &words);
+}
+
 fn team_b_state(admin: &mut redis::Connection, lease_id: &str) -> Vec<Value> {
     [
         &["NS.GET", "team-b-x"][..],
@@ -259,19 +276,7 @@ fn team_b_state(admin: &mut redis::Connection, lease_id: &str) -> Vec<Value> {
 fn a_user_confined_to_team_a_cannot_touch_team_b() {
     let s = Server::start();
     let mut admin = s.conn();
-    ok(
-        &mut admin,
-        &[
-            "ACL",
-            "SETUSER",
-            "alice",
-            "on",
-            ">alice-pw",
-            "~team-a-*",
-            "+@semaphore",
-            "+@connection",
-        ],
-    );
+    team_a_user(&mut admin, &[]);
 
     // team-b-x, made by the admin: a semaphore with one holder.
     ok(&mut admin, &["NS.CREATE", "team-b-x"]);
@@ -397,19 +402,7 @@ fn ns_pages(con: &mut redis::Connection, limit: usize) -> (Vec<Vec<String>>, Vec
 fn ns_list_shows_only_permitted_namespaces_in_full_pages() {
     let s = Server::start();
     let mut admin = s.conn();
-    ok(
-        &mut admin,
-        &[
-            "ACL",
-            "SETUSER",
-            "alice",
-            "on",
-            ">alice-pw",
-            "~team-a-*",
-            "+@semaphore",
-            "+@connection",
-        ],
-    );
+    team_a_user(&mut admin, &[]);
     // Visible ones, and invisible ones sorting before, after and right next to them.
     let visible: Vec<String> = (1..=7).map(|i| format!("team-a-{i:02}")).collect();
     let invisible = [
@@ -473,20 +466,7 @@ fn ns_list_shows_only_permitted_namespaces_in_full_pages() {
 fn a_denied_command_inside_multi_aborts_the_transaction() {
     let s = Server::start();
     let mut admin = s.conn();
-    ok(
-        &mut admin,
-        &[
-            "ACL",
-            "SETUSER",
-            "alice",
-            "on",
-            ">alice-pw",
-            "~team-a-*",
-            "+@semaphore",
-            "+@connection",
-            "+@transaction",
-        ],
-    );
+    team_a_user(&mut admin, &["+@transaction"]);
     ok(&mut admin, &["NS.CREATE", "team-a-x"]);
     ok(&mut admin, &["SEM.CREATE", "team-a-x", "s", "3"]);
     ok(&mut admin, &["NS.CREATE", "team-b-x"]);
@@ -530,20 +510,7 @@ fn a_denied_command_inside_multi_aborts_the_transaction() {
 fn permissions_revoked_after_queueing_are_enforced_at_exec() {
     let s = Server::start();
     let mut admin = s.conn();
-    ok(
-        &mut admin,
-        &[
-            "ACL",
-            "SETUSER",
-            "alice",
-            "on",
-            ">alice-pw",
-            "~team-a-*",
-            "+@semaphore",
-            "+@connection",
-            "+@transaction",
-        ],
-    );
+    team_a_user(&mut admin, &["+@transaction"]);
     ok(&mut admin, &["NS.CREATE", "team-a-x"]);
     let mut alice = login(&s, "alice", "alice-pw");
     ok(&mut alice, &["MULTI"]);
@@ -568,19 +535,7 @@ fn permissions_revoked_after_queueing_are_enforced_at_exec() {
 fn a_confined_user_cannot_run_admin_commands() {
     let s = Server::start();
     let mut admin = s.conn();
-    ok(
-        &mut admin,
-        &[
-            "ACL",
-            "SETUSER",
-            "alice",
-            "on",
-            ">alice-pw",
-            "~team-a-*",
-            "+@semaphore",
-            "+@connection",
-        ],
-    );
+    team_a_user(&mut admin, &[]);
     let acl_before = acl_list(&mut admin);
     let admin_id = int(&ok(&mut admin, &["CLIENT", "ID"]));
     let mut alice = login(&s, "alice", "alice-pw");
@@ -762,20 +717,7 @@ fn noauth_before_auth_and_wrongpass_on_a_wrong_password() {
 fn hello_3_auth_logs_in_and_switches_protocol() {
     let s = Server::start_with(&["--requirepass", "s3cret-pw"]);
     let mut admin = login(&s, "default", "s3cret-pw");
-    ok(
-        &mut admin,
-        &[
-            "ACL",
-            "SETUSER",
-            "alice",
-            "on",
-            ">alice-pw",
-            "~team-a-*",
-            "+@semaphore",
-            "+@connection",
-            "+acl|whoami",
-        ],
-    );
+    team_a_user(&mut admin, &["+acl|whoami"]);
 
     // On the wire: HELLO 3 before AUTH is NOAUTH; with a wrong password WRONGPASS; then the
     // right one answers a RESP3 map and the connection is alice's.
@@ -1091,19 +1033,7 @@ fn aclfile_users_load_at_start_and_acl_save_writes_them_back() {
 fn lease_ids_stay_out_of_errors_and_logs() {
     let s = Server::start_with(&["--log-level", "info"]);
     let mut admin = s.conn();
-    ok(
-        &mut admin,
-        &[
-            "ACL",
-            "SETUSER",
-            "alice",
-            "on",
-            ">alice-pw",
-            "~team-a-*",
-            "+@semaphore",
-            "+@connection",
-        ],
-    );
+    team_a_user(&mut admin, &[]);
     ok(&mut admin, &["NS.CREATE", "team-b-x"]);
     ok(&mut admin, &["SEM.CREATE", "team-b-x", "s", "1"]);
     let l = lease(&mut admin, "team-b-x", "w");
