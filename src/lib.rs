@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod client;
 pub mod command;
 pub mod config;

@@ -3,17 +3,9 @@
 use clap::Parser;
 use permitd::config::Config;
 
-/// The server's allocator gives freed memory back to the OS (see Cargo.toml).
+/// The server's allocator gives freed memory back to the OS (see `permitd::alloc`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Hands the calling thread's free memory back to the OS now: its empty pages go back to
-/// mimalloc's arenas, and every range waiting for its purge delay is purged at once (an idle
-/// thread would otherwise never purge, and keep its pages).
-fn trim() {
-    // SAFETY: mi_collect only walks the calling thread's own heap and the arenas.
-    unsafe { libmimalloc_sys::mi_collect(true) }
-}
+static GLOBAL: permitd::alloc::ServerAlloc = permitd::alloc::ServerAlloc;
 
 /// Keeps transparent huge pages off for this process. mimalloc gives memory back in 64 KiB
 /// pieces; with THP, khugepaged fills such holes back to whole 2 MiB pages, so the RSS grew again
@@ -30,6 +22,7 @@ fn disable_transparent_huge_pages() {
 }
 
 fn main() {
+    permitd::alloc::init();
     disable_transparent_huge_pages();
     // `--print-command-docs` writes the command reference generated from the command table.
     if std::env::args().nth(1).as_deref() == Some("--print-command-docs") {
@@ -44,7 +37,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    if let Err(e) = permitd::server::run(config, trim) {
+    if let Err(e) = permitd::server::run(config) {
         tracing::error!(error = %e, "permitd failed");
         std::process::exit(1);
     }

@@ -255,6 +255,12 @@ impl Shard {
         self.cx.timers.shrink();
         for n in self.namespaces.values_mut() {
             n.leases.shrink();
+            for sem in n.semaphores.values_mut() {
+                if sem.queue.is_empty() {
+                    // An emptied B-tree keeps its root node; a new one has none.
+                    sem.queue = BTreeMap::new();
+                }
+            }
         }
     }
 

@@ -55,10 +55,15 @@ impl Timers {
         self.rebuild_at = (2 * self.leases.len()).max(MIN_REBUILD);
     }
 
-    /// Gives back the heap's room when it holds a quarter of it or less.
+    /// Gives back the heap's room when it holds a quarter of it or less, and the time-outs'
+    /// tree node when there are none.
     pub fn shrink(&mut self) {
         if sparse(self.leases.capacity(), self.leases.len(), MIN_REBUILD) {
             self.leases.shrink_to_fit();
+        }
+        if self.waiters.is_empty() {
+            // An emptied B-tree keeps its root node; a new one has none.
+            self.waiters = BTreeSet::new();
         }
     }
 

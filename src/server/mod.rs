@@ -49,8 +49,6 @@ pub struct Global {
     pub acl: acl::Acl,
     /// TLS settings of `--tls-port`.
     pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// Returns the calling thread's free allocator memory to the OS (see [`run`]).
-    pub trim: fn(),
     /// Set by a shard after its trim: the accepting thread then trims too. Its memory of the
     /// connections it handed over (socket registrations, messages) is freed by the shards or on
     /// its own next turn, and an idle thread would keep those pages.
@@ -76,11 +74,10 @@ impl Global {
     }
 }
 
-/// Runs the server until SIGTERM, SIGINT or SHUTDOWN. A shard thread calls `trim` after many of
-/// its connections closed, then the accepting thread does, to give the allocator's free memory of
-/// each thread back to the OS:
-/// the binary chooses the allocator, so it says how (a no-op where nothing is needed).
-pub fn run(config: Config, trim: fn()) -> std::io::Result<()> {
+/// Runs the server until SIGTERM, SIGINT or SHUTDOWN. A shard thread trims (see
+/// [`crate::alloc::trim`]) after many of its connections closed, then the accepting thread does,
+/// to give the allocator's free memory of each thread back to the OS.
+pub fn run(config: Config) -> std::io::Result<()> {
     let addr: SocketAddr = format!("{}:{}", config.bind, config.port)
         .parse()
         .map_err(|e| {
@@ -120,7 +117,7 @@ pub fn run(config: Config, trim: fn()) -> std::io::Result<()> {
     );
     // Loading read whole files and built the state on this thread, which then mostly sleeps in
     // the accept loop: its freed buffers go back to the OS now or never.
-    trim();
+    crate::alloc::trim();
     let mut inboxes = Vec::with_capacity(n);
     let mut senders = Vec::with_capacity(n);
     for _ in 0..n {
@@ -142,7 +139,6 @@ pub fn run(config: Config, trim: fn()) -> std::io::Result<()> {
         waiter_count: Arc::new(AtomicUsize::new(0)),
         acl,
         tls,
-        trim,
         trim_acceptor: Notify::new(),
     });
     let mut threads = Vec::with_capacity(n);
@@ -179,6 +175,10 @@ fn is_local(ip: std::net::IpAddr) -> bool {
     }
 }
 
+/// Connections at which a rise counts as a burst: what lives from before it is then kept apart
+/// from what the burst allocates (see [`crate::alloc`]).
+const BURST_CONNECTIONS: usize = 64;
+
 /// What a protected server answers a non-local client before closing.
 const DENIED: &[u8] = b"-DENIED permitd is running in protected mode because the default user has no password: only connections from 127.0.0.1 and ::1 are accepted. To accept other clients, set a password (--requirepass, or users with --aclfile) or turn protected mode off (--protected-mode no), and bind to an address they can reach (--bind).\r\n";
 
@@ -203,7 +203,7 @@ async fn accept_loop(
             _ = term.recv() => { tracing::info!("Received SIGTERM scheduling shutdown..."); break; }
             _ = int.recv() => { tracing::info!("Received SIGINT scheduling shutdown..."); break; }
             _ = shutdown.wait_for(|s| *s) => break,
-            _ = global.trim_acceptor.notified() => (global.trim)(),
+            _ = global.trim_acceptor.notified() => crate::alloc::trim(),
             accepted = accept_either(&listener, tls_listener.as_ref()) => {
                 let (accepted, tls) = accepted;
                 let (stream, peer) = match accepted {
@@ -231,6 +231,9 @@ async fn accept_loop(
                     use tokio::io::AsyncWriteExt;
                     let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
                     continue;
+                }
+                if global.clients.count() >= BURST_CONNECTIONS {
+                    crate::alloc::burst_began();
                 }
                 let _ = stream.set_nodelay(true);
                 if global.config.tcp_keepalive > 0 {

@@ -336,7 +336,7 @@ impl ShardCtx {
             tokio::time::sleep(TRIM_DELAY).await;
             shrink_map(&mut self.parked.borrow_mut());
             self.engine.borrow_mut().shrink_sparse();
-            (self.global.trim)();
+            crate::alloc::trim();
             self.global.trim_acceptor.notify_one();
             self.conns_high.set(self.conns.get());
         }
@@ -465,6 +465,11 @@ fn fatal_if_failed(res: Result<std::io::Result<()>, tokio::task::JoinError>, wha
     std::process::exit(1);
 }
 
+/// How long a thread of the blocking pool (log writes, fsyncs, snapshots) waits for more work
+/// before it exits: long enough for a steady load to keep its threads, short enough that a
+/// burst's threads (their stacks and allocator caches) are gone soon after it.
+const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(1);
+
 /// Starts shard thread `id`; it runs until the server shuts down.
 pub fn spawn(
     id: usize,
@@ -478,6 +483,7 @@ pub fn spawn(
         .spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
+                .thread_keep_alive(BLOCKING_KEEP_ALIVE)
                 .build()
                 .expect("a tokio runtime");
             let local = tokio::task::LocalSet::new();
