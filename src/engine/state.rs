@@ -255,7 +255,7 @@ impl Semaphore {
 ///
 /// A deque sorted by token rather than a B-tree map: new holders always get the highest token
 /// (they go at the back) and the oldest tend to leave first (at the front), and a holder costs
-/// its 48 bytes instead of the ~90 of a map whose nodes stay half full under rising keys. A
+/// its 40 bytes instead of the ~90 of a map whose nodes stay half full under rising keys. A
 /// semaphore has at most `max_holders_per_semaphore` (1,000) of them, so the moves of an
 /// insert or removal in the middle stay small.
 #[derive(Debug, Default)]
