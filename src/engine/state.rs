@@ -376,7 +376,8 @@ impl Lease {
 
 /// The semaphores a lease holds, as (semaphore key in the namespace's `sem_keys`, fencing
 /// token of the lease's holder there). Most leases hold one, which is kept inline: no
-/// allocation, and the enum is no larger than the Vec it would otherwise be.
+/// allocation. Two or more sit behind one pointer, so the enum takes 16 bytes, not the 24 of a
+/// Vec: 8 MB less with a million leases.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Holds {
     /// None.
@@ -385,7 +386,7 @@ pub enum Holds {
     /// One.
     One(u32, FencingToken),
     /// Two or more.
-    Many(Vec<(u32, FencingToken)>),
+    Many(Box<Vec<(u32, FencingToken)>>),
 }
 
 impl Holds {
@@ -418,7 +419,7 @@ impl Holds {
         debug_assert!(self.iter().all(|(k, _)| k != sem), "one hold per semaphore");
         *self = match std::mem::take(self) {
             Holds::None => Holds::One(sem, token),
-            Holds::One(k, t) => Holds::Many(vec![(k, t), (sem, token)]),
+            Holds::One(k, t) => Holds::Many(Box::new(vec![(k, t), (sem, token)])),
             Holds::Many(mut v) => {
                 v.push((sem, token));
                 Holds::Many(v)
@@ -465,7 +466,7 @@ mod tests {
 
     #[test]
     fn holds_go_from_inline_to_heap_and_back() {
-        assert!(std::mem::size_of::<Holds>() <= std::mem::size_of::<Vec<(u32, FencingToken)>>());
+        assert_eq!(std::mem::size_of::<Holds>(), 16);
         let mut h = Holds::default();
         assert!(h.is_empty());
         h.add(7, 70);
