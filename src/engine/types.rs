@@ -68,12 +68,19 @@ const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop
 /// Length of the random part of a lease id.
 const LEASE_CHARS: usize = 28;
 
+/// Bytes of a lease id packed: each base62 character is a 6-bit index, 28 x 6 = 168 bits.
+const LEASE_PACKED: usize = LEASE_CHARS * 6 / 8;
+
 /// A lease id: `ls_` + 28 base62 characters (about 166 random bits), a capability.
+///
+/// Held packed, 21 bytes instead of 28: the lease slab keeps one per lease, and a million of
+/// them is 8 MB less. The characters' indexes are packed most significant first and `BASE62`
+/// is in ASCII order, so packed ids order as their text does.
 ///
 /// Its `Debug` form is redacted so that it cannot reach a log by accident; equality is computed
 /// in constant time.
 #[derive(Clone, Copy, Eq)]
-pub struct LeaseId([u8; LEASE_CHARS]);
+pub struct LeaseId([u8; LEASE_PACKED]);
 
 impl PartialEq for LeaseId {
     fn eq(&self, other: &Self) -> bool {
@@ -104,7 +111,41 @@ impl Ord for LeaseId {
     }
 }
 
+/// The 6-bit index of a base62 character (the caller checked it is alphanumeric).
+fn base62_index(c: u8) -> u8 {
+    match c {
+        b'0'..=b'9' => c - b'0',
+        b'A'..=b'Z' => c - b'A' + 10,
+        _ => c - b'a' + 36,
+    }
+}
+
 impl LeaseId {
+    /// Packs 28 base62 characters.
+    fn pack(chars: &[u8; LEASE_CHARS]) -> LeaseId {
+        let mut out = [0u8; LEASE_PACKED];
+        // Four characters (24 bits) fill three bytes.
+        for (quad, bytes) in chars.chunks_exact(4).zip(out.chunks_exact_mut(3)) {
+            let bits = quad
+                .iter()
+                .fold(0u32, |acc, &c| acc << 6 | u32::from(base62_index(c)));
+            bytes.copy_from_slice(&bits.to_be_bytes()[1..]);
+        }
+        LeaseId(out)
+    }
+
+    /// The 28 base62 characters.
+    fn chars(&self) -> [u8; LEASE_CHARS] {
+        let mut out = [0u8; LEASE_CHARS];
+        for (bytes, quad) in self.0.chunks_exact(3).zip(out.chunks_exact_mut(4)) {
+            let bits = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]);
+            for (i, c) in quad.iter_mut().enumerate() {
+                *c = BASE62[(bits >> (18 - 6 * i) & 63) as usize];
+            }
+        }
+        out
+    }
+
     /// A new id from the operating system's CSPRNG.
     pub fn generate() -> LeaseId {
         let mut out = [0u8; LEASE_CHARS];
@@ -121,7 +162,7 @@ impl LeaseId {
                 filled += 1;
             }
         }
-        LeaseId(out)
+        LeaseId::pack(&out)
     }
 
     /// A deterministic id for tests and the reference model: `n` in base62, zero-padded.
@@ -131,25 +172,23 @@ impl LeaseId {
             *slot = BASE62[(n % 62) as usize];
             n /= 62;
         }
-        LeaseId(out)
+        LeaseId::pack(&out)
     }
 
     /// Parses the wire form; `None` when it is not shaped like a lease id (so it cannot exist).
     pub fn parse(b: &[u8]) -> Option<LeaseId> {
-        let rest = b.strip_prefix(b"ls_")?;
-        if rest.len() != LEASE_CHARS || !rest.iter().all(u8::is_ascii_alphanumeric) {
+        let rest: &[u8; LEASE_CHARS] = b.strip_prefix(b"ls_")?.try_into().ok()?;
+        if !rest.iter().all(u8::is_ascii_alphanumeric) {
             return None;
         }
-        let mut out = [0u8; LEASE_CHARS];
-        out.copy_from_slice(rest);
-        Some(LeaseId(out))
+        Some(LeaseId::pack(rest))
     }
 
     /// The wire form, `ls_...`.
     pub fn to_bytes(&self) -> Bytes {
         let mut v = Vec::with_capacity(3 + LEASE_CHARS);
         v.extend_from_slice(b"ls_");
-        v.extend_from_slice(&self.0);
+        v.extend_from_slice(&self.chars());
         Bytes::from(v)
     }
 }
@@ -261,6 +300,34 @@ mod tests {
         assert_eq!(LeaseId::parse(&wire), Some(a));
         assert_eq!(LeaseId::parse(b"ls_short"), None);
         assert_eq!(format!("{a:?}"), "ls_<redacted>");
+    }
+
+    #[test]
+    fn packed_lease_ids_keep_their_text_and_its_order() {
+        let text = |body: &str| format!("ls_{body}").into_bytes();
+        let texts = [
+            text(&"0".repeat(28)),
+            text(&"09AZaz".repeat(5)[..28]),
+            text(&"z".repeat(27)),
+            text(&"z".repeat(28)),
+        ];
+        let ids: Vec<LeaseId> = texts.iter().filter_map(|t| LeaseId::parse(t)).collect();
+        assert_eq!(ids.len(), 3, "the 27-character one is not an id");
+        for (id, text) in ids.iter().zip([&texts[0], &texts[1], &texts[3]]) {
+            assert_eq!(&id.to_bytes()[..], &text[..]);
+        }
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "packed ids order as their text"
+        );
+        for _ in 0..100 {
+            let id = LeaseId::generate();
+            let wire = id.to_bytes();
+            assert!(wire[3..].iter().all(u8::is_ascii_alphanumeric));
+            assert_eq!(LeaseId::parse(&wire), Some(id));
+        }
+        assert_eq!(LeaseId::parse(b"ls_000000000000000000000000000-"), None);
+        assert_eq!(LeaseId::from_counter(61).to_bytes()[30], b'z');
     }
 
     #[test]
