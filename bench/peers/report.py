@@ -624,7 +624,7 @@ index_bytes = 5 * 2 ** hb_pow / nlease if nlease else None
 cap = 1
 while nlease and cap < nlease:
     cap *= 2
-slab_bytes = 104 * cap / nlease if nlease else None
+slab_bytes = 88 * cap / nlease if nlease else None
 heap_bytes = 16 * cap / nlease if nlease else None
 per_sem = get(mp, "holders_per_semaphore") or 0
 deque_cap = 1
@@ -634,8 +634,9 @@ holder_bytes = 40 * deque_cap / per_sem if per_sem else None
 w("Where permitd's bytes go (struct sizes from `std::mem::size_of`, x86-64; allocations by "
   "mimalloc; see `src/engine/leases.rs`, `src/engine/state.rs`, `src/engine/timers.rs`):")
 w("")
-w(f"- per lease: a 104-byte slot in the namespace's slab (id 28, serial, process_id as a boxed slice, "
-  f"created/expires, metadata as one nullable pointer, the usual single hold inline); the slab's "
+w(f"- per lease: an 88-byte slot in the namespace's slab (the id packed in 21 bytes, serial, "
+  f"process_id as a boxed slice, created/expires, metadata as one nullable pointer, the usual single "
+  f"hold inline in 16 bytes); the slab's "
   f"capacity is the next power of two, {fmt(cap, 0)} slots: about {fmt(slab_bytes, 0)} bytes per lease. "
   f"The id index is a `hashbrown::HashTable<u32>` of slot numbers (4 bytes + 1 control byte a bucket, "
   f"2^{hb_pow} buckets, {hb_fill:.0%} full: about {fmt(index_bytes, 0)} bytes). Creation order for "
