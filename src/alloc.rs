@@ -10,23 +10,33 @@
 //! those of the few blocks it leaves behind.
 //!
 //! The binary installs [`ServerAlloc`] as its global allocator. Under any other allocator
-//! (tests) [`burst_began`] and [`trim`] change nothing that matters.
+//! (tests) the functions below change nothing that matters.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::Once;
 
 use libmimalloc_sys as mi;
+
+// Every thread allocates from a heap another thread made, which mimalloc v3 allows ("heaps can
+// allocate from any thread", mimalloc.h) and v2 does not. `mi_theap_t` exists only in v3's
+// bindings: this stops the build if a dependency turns on libmimalloc-sys's `v2` feature.
+const _: Option<&mi::mi_theap_t> = None;
 
 /// The second heap, made by [`init`] (each heap costs about 200 KB of mimalloc's metadata, so
 /// two take turns rather than one per burst).
 static SPARE: AtomicPtr<mi::mi_heap_t> = AtomicPtr::new(std::ptr::null_mut());
+static MAKE_SPARE: Once = Once::new();
 
 /// The heap every thread allocates from now: null for mimalloc's main heap, or [`SPARE`].
 static CURRENT: AtomicPtr<mi::mi_heap_t> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Whether a trim came since the last switch, so that the next burst switches heaps.
+/// Whether connections fell back since the last switch, so that the next burst switches.
 static ARMED: AtomicBool = AtomicBool::new(true);
+
+/// Whether [`SPARE`] was ever current (until then, no thread has a part of it to trim).
+static SPARE_USED: AtomicBool = AtomicBool::new(false);
 
 /// mimalloc, allocating from the current heap (see the module docs).
 pub struct ServerAlloc;
@@ -35,7 +45,7 @@ pub struct ServerAlloc;
 // requested size and alignment (or null); mi_free and realloc accept a block of any heap.
 unsafe impl GlobalAlloc for ServerAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let heap = CURRENT.load(Ordering::Relaxed);
+        let heap = CURRENT.load(Ordering::Acquire);
         let p = if heap.is_null() {
             mi::mi_malloc_aligned(layout.size(), layout.align())
         } else {
@@ -45,7 +55,7 @@ unsafe impl GlobalAlloc for ServerAlloc {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let heap = CURRENT.load(Ordering::Relaxed);
+        let heap = CURRENT.load(Ordering::Acquire);
         let p = if heap.is_null() {
             mi::mi_zalloc_aligned(layout.size(), layout.align())
         } else {
@@ -59,7 +69,7 @@ unsafe impl GlobalAlloc for ServerAlloc {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let heap = CURRENT.load(Ordering::Relaxed);
+        let heap = CURRENT.load(Ordering::Acquire);
         let ptr = ptr as *mut c_void;
         let p = if heap.is_null() {
             mi::mi_realloc_aligned(ptr, new_size, layout.align())
@@ -70,40 +80,47 @@ unsafe impl GlobalAlloc for ServerAlloc {
     }
 }
 
-/// Makes the second heap. Call once at start, before the server's threads exist.
+/// Makes the second heap. The binary calls it first thing; until then everything comes from
+/// the main heap.
 pub fn init() {
-    if SPARE.load(Ordering::Relaxed).is_null() {
+    MAKE_SPARE.call_once(|| {
         // SAFETY: mi_heap_new takes no arguments; the heap lives as long as the process.
-        SPARE.store(unsafe { mi::mi_heap_new() }, Ordering::Relaxed);
-    }
+        SPARE.store(unsafe { mi::mi_heap_new() }, Ordering::Release);
+    });
 }
 
-/// A burst of connections began: unless one already did since the last [`trim`], the process
-/// allocates from the other heap from now on.
+/// A burst of connections began: unless one already did since connections last fell back
+/// ([`rearm`]), the process allocates from the other heap from now on.
 pub fn burst_began() {
-    let spare = SPARE.load(Ordering::Relaxed);
+    let spare = SPARE.load(Ordering::Acquire);
     if spare.is_null() || !ARMED.swap(false, Ordering::Relaxed) {
         return;
     }
-    let next = if CURRENT.load(Ordering::Relaxed).is_null() {
+    let next = if CURRENT.load(Ordering::Acquire).is_null() {
+        SPARE_USED.store(true, Ordering::Relaxed);
         spare
     } else {
         std::ptr::null_mut()
     };
-    CURRENT.store(next, Ordering::Relaxed);
+    CURRENT.store(next, Ordering::Release);
+}
+
+/// Connections fell back well below a burst: the next burst switches heaps again.
+pub fn rearm() {
+    ARMED.store(true, Ordering::Relaxed);
 }
 
 /// Hands the calling thread's free memory in both heaps back to the OS now: empty pages go back
 /// to mimalloc's arenas, and every range waiting for its purge delay is purged at once (an idle
-/// thread would otherwise never purge, and keep its pages). The next burst switches heaps.
+/// thread would otherwise never purge, and keep its pages).
 pub fn trim() {
-    // SAFETY: both calls walk only the calling thread's own part of a heap, and the arenas.
+    // SAFETY: mi_collect walks only the calling thread's own part of the main heap, and the
+    // arenas. mi_heap_collect does the same for the spare heap, making this thread's part of it
+    // if there is none yet: hence only once the spare heap has been in use.
     unsafe {
         mi::mi_collect(true);
-        let spare = SPARE.load(Ordering::Relaxed);
-        if !spare.is_null() {
-            mi::mi_heap_collect(spare, true);
+        if SPARE_USED.load(Ordering::Relaxed) {
+            mi::mi_heap_collect(SPARE.load(Ordering::Acquire), true);
         }
     }
-    ARMED.store(true, Ordering::Relaxed);
 }

@@ -14,7 +14,7 @@ use super::journal::{self, Record};
 use super::leases::LeaseRef;
 use super::page::{take_page, CursorKind, Dir, Page, PageOf};
 use super::state::{
-    shrink_map, FastMap, Holds, Keys, Lease, Namespace, Semaphore, Waiter, WaiterId,
+    free_if_empty, shrink_map, FastMap, Holds, Keys, Lease, Namespace, Semaphore, Waiter, WaiterId,
 };
 use super::timers::{LeaseDeadline, Timers};
 use super::types::{FencingToken, LeaseId, Limits, Metadata, Name, Nanos, Weight};
@@ -247,8 +247,9 @@ impl Shard {
     }
 
     /// Gives back the room of indexes that grew in a load peak and are mostly empty now
-    /// (parked acquires, lease tables, expiry timers). It walks every namespace, so the server
-    /// calls it only after many of its connections closed, at most once a second.
+    /// (parked acquires, lease tables, expiry timers, emptied wait queues). It walks every
+    /// namespace and semaphore, so the server calls it only after many of its connections
+    /// closed, at most once a second.
     pub fn shrink_sparse(&mut self) {
         shrink_map(&mut self.cx.waiter_at);
         shrink_map(&mut self.cx.lease_waits);
@@ -256,10 +257,7 @@ impl Shard {
         for n in self.namespaces.values_mut() {
             n.leases.shrink();
             for sem in n.semaphores.values_mut() {
-                if sem.queue.is_empty() {
-                    // An emptied B-tree keeps its root node; a new one has none.
-                    sem.queue = BTreeMap::new();
-                }
+                free_if_empty(&mut sem.queue);
             }
         }
     }

@@ -29,6 +29,31 @@ pub fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut FastMap<K, V>) {
     }
 }
 
+/// A B-tree that can tell whether it is empty.
+pub trait Tree: Default {
+    /// Whether it holds nothing.
+    fn is_empty(&self) -> bool;
+}
+
+impl<K, V> Tree for BTreeMap<K, V> {
+    fn is_empty(&self) -> bool {
+        BTreeMap::is_empty(self)
+    }
+}
+
+impl<T> Tree for std::collections::BTreeSet<T> {
+    fn is_empty(&self) -> bool {
+        std::collections::BTreeSet::is_empty(self)
+    }
+}
+
+/// Frees the root node an emptied B-tree keeps (a new, empty one has none).
+pub fn free_if_empty<T: Tree>(t: &mut T) {
+    if t.is_empty() {
+        *t = T::default();
+    }
+}
+
 /// Names by small integer keys, handed out so that no two live names share one. Keys stand in
 /// for names where one is stored per lease (its holds, its expiry timer).
 #[derive(Debug, Default)]

@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
 use super::leases::LeaseRef;
-use super::state::{sparse, WaiterId};
+use super::state::{free_if_empty, sparse, WaiterId};
 use super::types::Nanos;
 
 /// Size of the heap at which the first rebuild is considered.
@@ -61,10 +61,7 @@ impl Timers {
         if sparse(self.leases.capacity(), self.leases.len(), MIN_REBUILD) {
             self.leases.shrink_to_fit();
         }
-        if self.waiters.is_empty() {
-            // An emptied B-tree keeps its root node; a new one has none.
-            self.waiters = BTreeSet::new();
-        }
+        free_if_empty(&mut self.waiters);
     }
 
     /// Schedules a parked acquire's time-out.

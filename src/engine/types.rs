@@ -71,6 +71,9 @@ const LEASE_CHARS: usize = 28;
 /// Bytes of a lease id packed: each base62 character is a 6-bit index, 28 x 6 = 168 bits.
 const LEASE_PACKED: usize = LEASE_CHARS * 6 / 8;
 
+// Packing goes four characters (three bytes) at a time.
+const _: () = assert!(LEASE_CHARS.is_multiple_of(4));
+
 /// A lease id: `ls_` + 28 base62 characters (about 166 random bits), a capability.
 ///
 /// Held packed, 21 bytes instead of 28: the lease slab keeps one per lease, and a million of
@@ -113,6 +116,7 @@ impl Ord for LeaseId {
 
 /// The 6-bit index of a base62 character (the caller checked it is alphanumeric).
 fn base62_index(c: u8) -> u8 {
+    debug_assert!(c.is_ascii_alphanumeric());
     match c {
         b'0'..=b'9' => c - b'0',
         b'A'..=b'Z' => c - b'A' + 10,

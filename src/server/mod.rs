@@ -176,7 +176,8 @@ fn is_local(ip: std::net::IpAddr) -> bool {
 }
 
 /// Connections at which a rise counts as a burst: what lives from before it is then kept apart
-/// from what the burst allocates (see [`crate::alloc`]).
+/// from what the burst allocates (see [`crate::alloc`]). The next burst counts once connections
+/// are back below half of this at a trim.
 const BURST_CONNECTIONS: usize = 64;
 
 /// What a protected server answers a non-local client before closing.
@@ -203,7 +204,12 @@ async fn accept_loop(
             _ = term.recv() => { tracing::info!("Received SIGTERM scheduling shutdown..."); break; }
             _ = int.recv() => { tracing::info!("Received SIGINT scheduling shutdown..."); break; }
             _ = shutdown.wait_for(|s| *s) => break,
-            _ = global.trim_acceptor.notified() => crate::alloc::trim(),
+            _ = global.trim_acceptor.notified() => {
+                crate::alloc::trim();
+                if global.clients.count() < BURST_CONNECTIONS / 2 {
+                    crate::alloc::rearm();
+                }
+            }
             accepted = accept_either(&listener, tls_listener.as_ref()) => {
                 let (accepted, tls) = accepted;
                 let (stream, peer) = match accepted {
@@ -225,14 +231,15 @@ async fn accept_loop(
                     let _ = s.write_all(DENIED).await;
                     continue;
                 }
-                if global.clients.count() >= global.config.maxclients {
+                let clients = global.clients.count();
+                if clients >= global.config.maxclients {
                     global.clients.rejected_connections.fetch_add(1, Ordering::Relaxed);
                     let mut s = stream;
                     use tokio::io::AsyncWriteExt;
                     let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
                     continue;
                 }
-                if global.clients.count() >= BURST_CONNECTIONS {
+                if clients + 1 >= BURST_CONNECTIONS {
                     crate::alloc::burst_began();
                 }
                 let _ = stream.set_nodelay(true);
