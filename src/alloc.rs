@@ -45,23 +45,11 @@ pub struct ServerAlloc;
 // requested size and alignment (or null); mi_free and realloc accept a block of any heap.
 unsafe impl GlobalAlloc for ServerAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let heap = CURRENT.load(Ordering::Acquire);
-        let p = if heap.is_null() {
-            mi::mi_malloc_aligned(layout.size(), layout.align())
-        } else {
-            mi::mi_heap_malloc_aligned(heap, layout.size(), layout.align())
-        };
-        p as *mut u8
+        from_current(layout, mi::mi_malloc_aligned, mi::mi_heap_malloc_aligned)
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let heap = CURRENT.load(Ordering::Acquire);
-        let p = if heap.is_null() {
-            mi::mi_zalloc_aligned(layout.size(), layout.align())
-        } else {
-            mi::mi_heap_zalloc_aligned(heap, layout.size(), layout.align())
-        };
-        p as *mut u8
+        from_current(layout, mi::mi_zalloc_aligned, mi::mi_heap_zalloc_aligned)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
@@ -78,6 +66,24 @@ unsafe impl GlobalAlloc for ServerAlloc {
         };
         p as *mut u8
     }
+}
+
+/// Allocates `layout` with `main` (mimalloc's main heap) or `in_heap` (the current heap).
+///
+/// # Safety
+/// As [`GlobalAlloc::alloc`]: `layout` has a non-zero size.
+unsafe fn from_current(
+    layout: Layout,
+    main: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+    in_heap: unsafe extern "C" fn(*mut mi::mi_heap_t, usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    let heap = CURRENT.load(Ordering::Acquire);
+    let p = if heap.is_null() {
+        main(layout.size(), layout.align())
+    } else {
+        in_heap(heap, layout.size(), layout.align())
+    };
+    p as *mut u8
 }
 
 /// Makes the second heap. The binary calls it first thing; until then everything comes from
