@@ -1,7 +1,8 @@
 //! SEM.ACQUIRE over real sockets (SPEC §2, §3, §7 MULTI/EXEC, §9): parking and every way a parked
 //! acquire ends (release, lease expiry, permits raise, timeout, CLIENT UNBLOCK, disconnect,
 //! deletes, revoke, lowered permits), FIFO fairness, pipelining behind a parked acquire,
-//! transactions, RESP3 replies, and namespaces spread over several shards.
+//! transactions, RESP3 replies, namespaces spread over several shards, and state kept exact
+//! across bursts of connections.
 //!
 //! Timing checks are deliberately loose: they tell "woken promptly" from "never woken" or
 //! "woken only at the timeout", not milliseconds.
@@ -904,4 +905,80 @@ fn namespaces_on_every_shard_work_and_ns_list_pages_exactly() {
         prev = page.2;
     }
     assert_eq!(prev, "", "walking back ends at the first page");
+}
+
+/// Bursts of connections switch the server's allocation heap (src/alloc.rs: at 64 connections,
+/// again after they fell below 32). Leases and holders made before a burst, during it and
+/// between bursts stay exact, an acquire parked before the bursts is served after them, and the
+/// server serves throughout.
+#[test]
+fn state_stays_exact_across_bursts_of_connections() {
+    const BURST: usize = 100;
+    let server = Server::start();
+    let mut admin = server.conn();
+    setup(&mut admin, "burst", "s", 10_000);
+    ok(&mut admin, &["SEM.CREATE", "burst", "gate", "1"]);
+    let first = lease(&mut admin, "burst", "before", 300);
+    let first_token = acquire_now(&mut admin, "burst", "s", &first, 3);
+    acquire_now(&mut admin, "burst", "gate", &first, 1);
+    // A waiter parked on the gate for the whole test.
+    let mut waiter = server.conn();
+    let waiting = lease(&mut waiter, "burst", "waiter", 300);
+    let (tx, rx) = mpsc::channel();
+    let parked = thread::spawn(move || {
+        let r = acquire(&mut waiter, "burst", "gate", &waiting, 1, "120");
+        tx.send(r.map(|v| outcome(&v))).unwrap();
+    });
+    wait_parked(&mut admin, 1);
+    // One lease and hold kept per round, made while the round's burst is connected.
+    let mut kept: Vec<(String, i64)> = Vec::new();
+    for round in 0..3 {
+        let mut conns: Vec<redis::Connection> = (0..BURST).map(|_| server.conn()).collect();
+        let mut taken = Vec::new();
+        for (i, c) in conns.iter_mut().enumerate() {
+            let id = lease(c, "burst", &format!("r{round}-{i}"), 300);
+            acquire_now(c, "burst", "s", &id, 1);
+            taken.push(id);
+        }
+        assert_eq!(
+            sem_int(&mut admin, "burst", "s", "active_holds"),
+            3 + BURST as i64 + kept.len() as i64
+        );
+        let keep = lease(&mut conns[0], "burst", &format!("kept-{round}"), 300);
+        let keep_token = acquire_now(&mut conns[0], "burst", "s", &keep, 1);
+        kept.push((keep, keep_token));
+        for (id, c) in taken.iter().zip(conns.iter_mut()) {
+            ok(c, &["SEM.RELEASE", "burst", "s", id]);
+            ok(c, &["LEASE.REVOKE", "burst", id]);
+        }
+        drop(conns);
+        // Let the shards see the burst end (they trim a second after their connections halve).
+        let gone = wait_until(PROMPT, || info_int(&mut admin, "connected_clients") == 2);
+        assert!(gone, "the burst's connections closed");
+        thread::sleep(Duration::from_millis(1500));
+    }
+    assert_eq!(
+        sem_int(&mut admin, "burst", "s", "active_holds"),
+        3 + kept.len() as i64
+    );
+    let mut expected = vec![(first.clone(), first_token)];
+    expected.extend(kept.iter().cloned());
+    let page = ok(&mut admin, &["SEM.HOLDERS", "burst", "s", "LIMIT", "250"]);
+    let holders: Vec<(String, i64)> = items(&field(&page, "holders"))
+        .iter()
+        .map(|h| (text(&field(h, "lease_id")), int(&field(h, "fencing_token"))))
+        .collect();
+    assert_eq!(
+        holders, expected,
+        "holders oldest first, with their tokens: the first lease, then one kept per burst"
+    );
+    let l = ok(&mut admin, &["LEASE.GET", "burst", &first]);
+    assert_eq!(text(&field(&l, "process_id")), "before");
+    // 1 + kept + the waiter's lease.
+    assert_eq!(info_int(&mut admin, "leases"), 2 + kept.len() as i64);
+    // The acquire parked before the bursts is served by a release after them.
+    ok(&mut admin, &["SEM.RELEASE", "burst", "gate", &first]);
+    let served = rx.recv_timeout(PROMPT).expect("the parked acquire ends");
+    assert_eq!(served.expect("acquire reply"), ACQUIRED);
+    parked.join().unwrap();
 }

@@ -188,10 +188,14 @@ impl Registry {
             wake: Notify::new(),
         });
         self.total_connections.fetch_add(1, Ordering::Relaxed);
-        self.clients
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, c.clone());
+        let now = {
+            let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+            clients.insert(id, c.clone());
+            clients.len()
+        };
+        if now >= super::BURST_CONNECTIONS {
+            crate::alloc::burst_began();
+        }
         c
     }
 

@@ -175,9 +175,10 @@ fn is_local(ip: std::net::IpAddr) -> bool {
     }
 }
 
-/// Connections at which a rise counts as a burst: what lives from before it is then kept apart
-/// from what the burst allocates (see [`crate::alloc`]). The next burst counts once connections
-/// are back below half of this at a trim.
+/// Registered connections at which a rise counts as a burst (checked as each registers, so a
+/// fast burst is not missed while the shards catch up with the accepts): what lives from before
+/// it is then kept apart from what the burst allocates (see [`crate::alloc`]). The next burst
+/// counts once connections are back below half of this at a trim.
 const BURST_CONNECTIONS: usize = 64;
 
 /// What a protected server answers a non-local client before closing.
@@ -231,16 +232,12 @@ async fn accept_loop(
                     let _ = s.write_all(DENIED).await;
                     continue;
                 }
-                let clients = global.clients.count();
-                if clients >= global.config.maxclients {
+                if global.clients.count() >= global.config.maxclients {
                     global.clients.rejected_connections.fetch_add(1, Ordering::Relaxed);
                     let mut s = stream;
                     use tokio::io::AsyncWriteExt;
                     let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
                     continue;
-                }
-                if clients + 1 >= BURST_CONNECTIONS {
-                    crate::alloc::burst_began();
                 }
                 let _ = stream.set_nodelay(true);
                 if global.config.tcp_keepalive > 0 {
