@@ -29,26 +29,33 @@ pub fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut FastMap<K, V>) {
     }
 }
 
-/// A B-tree that can tell whether it is empty.
-pub trait Tree: Default {
+/// A collection that keeps room once emptied, and can tell whether it is empty.
+pub trait Collection: Default {
     /// Whether it holds nothing.
     fn is_empty(&self) -> bool;
 }
 
-impl<K, V> Tree for BTreeMap<K, V> {
+impl<K, V> Collection for BTreeMap<K, V> {
     fn is_empty(&self) -> bool {
         BTreeMap::is_empty(self)
     }
 }
 
-impl<T> Tree for std::collections::BTreeSet<T> {
+impl<T> Collection for std::collections::BTreeSet<T> {
     fn is_empty(&self) -> bool {
         std::collections::BTreeSet::is_empty(self)
     }
 }
 
-/// Frees the root node an emptied B-tree keeps (a new, empty one has none).
-pub fn free_if_empty<T: Tree>(t: &mut T) {
+impl<T> Collection for VecDeque<T> {
+    fn is_empty(&self) -> bool {
+        VecDeque::is_empty(self)
+    }
+}
+
+/// Gives back the room an emptied collection keeps (a B-tree's root node, a deque's buffer):
+/// a new, empty one has none.
+pub fn free_if_empty<T: Collection>(t: &mut T) {
     if t.is_empty() {
         *t = T::default();
     }
@@ -323,10 +330,8 @@ impl Holders {
     pub fn remove(&mut self, token: FencingToken) -> Option<Holder> {
         let i = self.position(token).ok()?;
         let h = self.0.remove(i);
-        if self.0.is_empty() {
-            // The room of a semaphore that once had many holders goes back.
-            self.0 = VecDeque::new();
-        }
+        // The room of a semaphore that once had many holders goes back.
+        free_if_empty(&mut self.0);
         h
     }
 
