@@ -1,6 +1,7 @@
 //! The network server: listener, shard threads, connections, timers.
 
 pub mod acl;
+pub mod background;
 pub mod clients;
 pub mod conn;
 pub mod info;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use super::background::{Background, Gone};
 use super::Global;
 use crate::command::EngineRequest;
 use crate::engine::page::{Page, PageOf};
@@ -94,6 +95,8 @@ pub struct ShardCtx {
     pub global: Arc<Global>,
     engine: RefCell<Shard>,
     store: RefCell<Store>,
+    /// The thread of the log's blocking writes and syncs.
+    background: Background,
     parked: RefCell<FastMap<WaiterId, oneshot::Sender<Durable<Reply>>>>,
     timer_wake: Notify,
     flush_wake: Notify,
@@ -116,7 +119,13 @@ pub fn wall_nanos() -> Nanos {
 }
 
 impl ShardCtx {
-    fn new(id: usize, global: Arc<Global>, state: ShardState, store: Store) -> ShardCtx {
+    fn new(
+        id: usize,
+        global: Arc<Global>,
+        state: ShardState,
+        store: Store,
+        background: Background,
+    ) -> ShardCtx {
         let mut engine = Shard::restore(
             global.limits.clone(),
             global.namespace_count.clone(),
@@ -129,6 +138,7 @@ impl ShardCtx {
             global,
             engine: RefCell::new(engine),
             store: RefCell::new(store),
+            background,
             parked: RefCell::new(FastMap::default()),
             timer_wake: Notify::new(),
             flush_wake: Notify::new(),
@@ -359,7 +369,7 @@ impl ShardCtx {
 
     /// Writes the pending batch. Replies wait at least for the write (so a process crash loses
     /// nothing acknowledged under any policy); under `always` also for the fdatasync, which runs
-    /// on a blocking thread while the shard keeps serving. Without a sync, the write only copies
+    /// on the background thread while the shard keeps serving. Without a sync, the write only copies
     /// to the page cache and is done in place.
     async fn flush_once(&self) {
         let (batch, file, policy) = {
@@ -370,7 +380,9 @@ impl ShardCtx {
         let len = batch.bytes.len() as u64;
         let bytes = batch.bytes;
         let res = if sync {
-            tokio::task::spawn_blocking(move || persist::write_batch(&file, &bytes, true)).await
+            self.background
+                .run(move || persist::write_batch(&file, &bytes, true))
+                .await
         } else {
             Ok(persist::write_batch(&file, &bytes, false))
         };
@@ -385,7 +397,7 @@ impl ShardCtx {
     }
 
     /// Replaces the log by a snapshot of the shard's state. The shard pauses only while its
-    /// state is serialized; writing and syncing happen on a blocking thread.
+    /// state is serialized; writing and syncing happen on the background thread.
     async fn snapshot(&self) {
         let started = Instant::now();
         self.settle();
@@ -397,8 +409,9 @@ impl ShardCtx {
             (store.snapshot_path(), store.file())
         };
         let (tx, rx) = persist::snapshot_channel();
-        let writer =
-            tokio::task::spawn_blocking(move || persist::install_snapshot(&path, rx, &file));
+        let writer = self
+            .background
+            .run(move || persist::install_snapshot(&path, rx, &file));
         let mut size = persist::snapshot::HEADER_LEN;
         {
             let engine = self.engine.borrow();
@@ -435,7 +448,7 @@ impl ShardCtx {
         loop {
             tick.tick().await;
             let file = self.store.borrow().file();
-            let res = tokio::task::spawn_blocking(move || file.sync_data()).await;
+            let res = self.background.run(move || file.sync_data()).await;
             fatal_if_failed(res, "sync the log");
             let mut store = self.store.borrow_mut();
             store.stats.fsyncs += 1;
@@ -455,7 +468,7 @@ impl ShardCtx {
 }
 
 /// A failed log write cannot be acknowledged: stop rather than answer as if it had succeeded.
-fn fatal_if_failed(res: Result<std::io::Result<()>, tokio::task::JoinError>, what: &str) {
+fn fatal_if_failed(res: Result<std::io::Result<()>, Gone>, what: &str) {
     let err = match res {
         Ok(Ok(())) => return,
         Ok(Err(e)) => e.to_string(),
@@ -465,11 +478,6 @@ fn fatal_if_failed(res: Result<std::io::Result<()>, tokio::task::JoinError>, wha
     std::process::exit(1);
 }
 
-/// How long a thread of the blocking pool (log writes, fsyncs, snapshots) waits for more work
-/// before it exits: long enough for a steady load to keep its threads, short enough that a
-/// burst's threads (their stacks and allocator caches) are gone soon after it.
-const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(1);
-
 /// Starts shard thread `id`; it runs until the server shuts down.
 pub fn spawn(
     id: usize,
@@ -478,18 +486,18 @@ pub fn spawn(
     state: ShardState,
     store: Store,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let background = Background::start(format!("shard-{id}-log"))?;
     std::thread::Builder::new()
         .name(format!("shard-{id}"))
         .spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
-                .thread_keep_alive(BLOCKING_KEEP_ALIVE)
                 .build()
                 .expect("a tokio runtime");
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
                 let policy = store.policy;
-                let ctx = Rc::new(ShardCtx::new(id, global.clone(), state, store));
+                let ctx = Rc::new(ShardCtx::new(id, global.clone(), state, store, background));
                 tokio::task::spawn_local(ctx.clone().timer_loop());
                 tokio::task::spawn_local(ctx.clone().flush_loop());
                 tokio::task::spawn_local(ctx.clone().trim_loop());
