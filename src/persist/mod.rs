@@ -291,6 +291,9 @@ pub struct PersistStats {
     pub last_snapshot_pause_us: u64,
 }
 
+/// The most room the pending batch keeps between batches (see [`Store::take`]).
+const PENDING_KEEP: usize = 64 * 1024;
+
 /// One shard's log writer: records are framed into a pending buffer as commands run; a flusher
 /// writes each batch with one write (and one fdatasync under `always`).
 pub struct Store {
@@ -360,10 +363,17 @@ impl Store {
         !self.pending.is_empty()
     }
 
-    /// Takes the pending batch.
+    /// Takes the pending batch. The buffer's room is reused for the next batch, unless a burst
+    /// of records grew it past [`PENDING_KEEP`]: then the batch takes the whole buffer, which
+    /// is freed once written, so that a burst does not leave the log holding its peak.
     pub fn take(&mut self) -> Batch {
+        let bytes = if self.pending.capacity() > PENDING_KEEP {
+            std::mem::take(&mut self.pending)
+        } else {
+            self.pending.split()
+        };
         Batch {
-            bytes: self.pending.split().freeze(),
+            bytes: bytes.freeze(),
             lsn: self.last_lsn,
         }
     }
@@ -542,6 +552,33 @@ mod tests {
                 "state after reloading with {shards} shards"
             );
         }
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_burst_of_records_does_not_keep_its_room() {
+        let dir = std::env::temp_dir().join(format!("permitd-pending-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let loaded = load(&dir, 1, false).unwrap();
+        let mut store = Store::open(&loaded.gen_dir, 0, Fsync::No, 1 << 30).unwrap();
+        let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+        let journal = workload(&mut live);
+        store.append(journal.clone());
+        let small = store.take().bytes.len();
+        assert!(small > 0 && small < PENDING_KEEP);
+        // A burst grows the buffer past the limit: the batch takes all of it.
+        while store.pending.len() <= PENDING_KEEP {
+            store.append(journal.clone());
+        }
+        let framed = store.pending.len();
+        let batch = store.take();
+        assert_eq!(batch.bytes.len(), framed);
+        assert_eq!(
+            store.pending.capacity(),
+            0,
+            "the burst's room goes with its batch"
+        );
+        write_batch(&store.file(), &batch.bytes, false).unwrap();
         let _ = fs::remove_dir_all(&dir);
     }
 
