@@ -7,7 +7,12 @@
 //! level before (`scripts/soak`; 250 live blocks held 2.3 MB of pages). So the process
 //! allocates from one of two heaps, and a burst starts on the other one: what lived before it
 //! stays in pages the burst does not touch, and the burst's pages empty when it ends, all but
-//! those of the few blocks it leaves behind.
+//! those of the few blocks it leaves behind. A block that grows (realloc) stays in the heap it
+//! came from, so that a structure made before a burst and grown during it (tokio's run queues,
+//! the engine's tables) does not end up in the burst's pages.
+//!
+//! mimalloc is built with each page's info inside the page (`.cargo/config.toml`), so that the
+//! infos of the pages a burst used go back to the OS with the pages.
 //!
 //! The binary installs [`ServerAlloc`] as its global allocator. Under any other allocator
 //! (tests) the functions below change nothing that matters.
@@ -57,15 +62,17 @@ unsafe impl GlobalAlloc for ServerAlloc {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let heap = CURRENT.load(Ordering::Acquire);
+        // A block grows in the heap it came from: a structure made before a burst and grown
+        // during it (a run queue, a table of the engine's) must not land in the burst's pages.
         let ptr = ptr as *mut c_void;
-        let p = if heap.is_null() {
-            mi::mi_realloc_aligned(ptr, new_size, layout.align())
-        } else {
-            mi::mi_heap_realloc_aligned(heap, ptr, new_size, layout.align())
-        };
-        p as *mut u8
+        mi::mi_heap_realloc_aligned(mi_heap_of(ptr), ptr, new_size, layout.align()) as *mut u8
     }
+}
+
+extern "C" {
+    /// The heap that `p`, a block mimalloc gave, belongs to (v3's mimalloc.h; libmimalloc-sys
+    /// does not bind it).
+    fn mi_heap_of(p: *const c_void) -> *mut mi::mi_heap_t;
 }
 
 /// Allocates `layout` with `main` (mimalloc's main heap) or `in_heap` (the current heap).
@@ -128,5 +135,44 @@ pub fn trim() {
         if SPARE_USED.load(Ordering::Relaxed) {
             mi::mi_heap_collect(SPARE.load(Ordering::Acquire), true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where mimalloc keeps a page's info, found from the address of the page's first block:
+    /// the build must put it in the page itself (`.cargo/config.toml` defines
+    /// `MI_PAGE_META_IS_SEPARATED=0`), or a burst's page infos stay resident after it.
+    #[test]
+    fn page_info_lives_in_its_page() {
+        unsafe extern "C" fn first_area(
+            _heap: *const mi::mi_heap_t,
+            area: *const mi::mi_heap_area_t,
+            _block: *mut c_void,
+            _size: usize,
+            arg: *mut c_void,
+        ) -> bool {
+            *(arg as *mut usize) = (*area).blocks as usize;
+            false
+        }
+        // SAFETY: a heap of the test's own; the visitor only reads the area it is given.
+        let start = unsafe {
+            let heap = mi::mi_heap_new();
+            let block = mi::mi_heap_malloc(heap, 4096);
+            let mut blocks = 0usize;
+            mi::mi_heap_visit_blocks(heap, false, Some(first_area), &mut blocks as *mut _ as _);
+            mi::mi_free(block);
+            mi::mi_heap_delete(heap);
+            blocks
+        };
+        assert_ne!(start, 0, "the heap's page was visited");
+        // Pages start at 64 KiB slices of the arena; the page info comes before the blocks.
+        assert_ne!(
+            start % (64 * 1024),
+            0,
+            "blocks start a slice: mimalloc keeps page infos apart (.cargo/config.toml not used?)"
+        );
     }
 }
