@@ -5,7 +5,8 @@
 //! is read from the slab). With a million leases this is what keeps a lease's bookkeeping
 //! around a hundred bytes instead of several hundred.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use hashbrown::HashTable;
 
@@ -22,8 +23,9 @@ pub struct LeaseRef(u32);
 pub struct Leases {
     /// Leases by slot; `None` is a free slot.
     slots: Vec<Option<Lease>>,
-    /// Free slots, reused last-freed first.
-    free: Vec<u32>,
+    /// Free slots, reused lowest first: live leases gather at the start of the slab, so that
+    /// after a peak [`Leases::shrink`] finds the free slots at its end and gives them back.
+    free: BinaryHeap<Reverse<u32>>,
     /// Slot numbers, found by the id of the lease in the slot.
     index: HashTable<u32>,
     hasher: ahash::RandomState,
@@ -81,7 +83,7 @@ impl Leases {
         let hash = self.hasher.hash_one(lease.id);
         let serial = lease.serial;
         let slot = match self.free.pop() {
-            Some(s) => {
+            Some(Reverse(s)) => {
                 self.slots[s as usize] = Some(lease);
                 s
             }
@@ -112,7 +114,7 @@ impl Leases {
                 ..Leases::default()
             };
         } else {
-            self.free.push(r.0);
+            self.free.push(Reverse(r.0));
         }
         Some(lease)
     }
@@ -125,7 +127,7 @@ impl Leases {
             self.slots.pop();
         }
         let len = self.slots.len();
-        self.free.retain(|&s| (s as usize) < len);
+        self.free.retain(|&Reverse(s)| (s as usize) < len);
         if sparse(self.slots.capacity(), len, 16) {
             self.slots.shrink_to_fit();
             self.free.shrink_to_fit();
@@ -236,6 +238,23 @@ mod tests {
     }
 
     #[test]
+    fn leases_made_after_a_peak_leave_its_room_free() {
+        let mut t = Leases::default();
+        let refs: Vec<LeaseRef> = (0..1000).map(|i| t.insert(lease(i, i))).collect();
+        // The peak ends oldest first; the slot freed last is the slab's last one.
+        for r in &refs[10..] {
+            t.remove(*r);
+        }
+        let later: Vec<LeaseRef> = (0..5)
+            .map(|i| t.insert(lease(2000 + i, 1000 + i)))
+            .collect();
+        assert!(later.iter().all(|r| (10..15).contains(&r.0)), "{later:?}");
+        t.shrink();
+        assert_eq!(t.slots.len(), 15);
+        assert!(t.slots.capacity() < 1000, "the peak's room is given back");
+    }
+
+    #[test]
     fn shrink_gives_back_the_tail_and_keeps_handles() {
         let mut t = Leases::default();
         let refs: Vec<LeaseRef> = (0..1000).map(|i| t.insert(lease(i, i))).collect();
@@ -252,13 +271,13 @@ mod tests {
             "free slots after the last live one are gone"
         );
         assert!(t.slots.capacity() < 1000);
-        assert!(t.free.iter().all(|&s| s < 201));
+        assert!(t.free.iter().all(|&Reverse(s)| s < 201));
         for i in (0..10).chain([200]) {
             let r = t.find(&LeaseId::from_counter(i)).expect("still found");
             assert_eq!(r, refs[i as usize], "handles do not move");
         }
         let r = t.insert(lease(5000, t.next_serial));
-        assert!((r.0 as usize) < 201, "a free slot inside is reused");
+        assert_eq!(r.0, 10, "the lowest free slot is reused");
         assert_eq!(
             t.by_id(&LeaseId::from_counter(5000)).map(|l| l.serial),
             Some(1000)
