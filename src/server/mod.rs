@@ -181,7 +181,7 @@ fn is_local(ip: std::net::IpAddr) -> bool {
 /// it is then kept apart from what the burst allocates (see [`crate::alloc`]). The next burst
 /// counts once connections are back below half of this at a trim. Low, because what the burst's
 /// first connections allocate before the switch lands in the old heap: `scripts/soak` 120 s
-/// left 580 kB above the level before the load at 64, 448 kB at 16.
+/// left 580 kB above the level before the load at 64, 448 kB at 16 (one run each).
 const BURST_CONNECTIONS: usize = 16;
 
 /// What a protected server answers a non-local client before closing.
