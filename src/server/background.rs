@@ -1,6 +1,8 @@
 //! A shard's background thread for the log's blocking I/O: writes with their `fdatasync`, the
 //! `everysec` syncs and snapshots. Like Redis's bio threads, it is made once, when the shard
-//! starts, and lives as long as the shard.
+//! starts, and lives as long as the shard. Jobs run one at a time, in order: a snapshot that
+//! comes while an `everysec` sync runs starts after it, and the shard encoding the snapshot
+//! waits for that sync once the bounded channel of pieces is full.
 //!
 //! tokio's blocking pool did this before. Its threads came and went with the load; a thread
 //! spawned during a burst of connections left its handle and name in the burst's allocator pages,
