@@ -907,8 +907,8 @@ fn namespaces_on_every_shard_work_and_ns_list_pages_exactly() {
     assert_eq!(prev, "", "walking back ends at the first page");
 }
 
-/// Bursts of connections switch the server's allocation heap (src/alloc.rs: at 64 connections,
-/// again after they fell below 32). Leases and holders made before a burst, during it and
+/// Bursts of connections switch the server's allocation heap (src/alloc.rs: at 16 connections,
+/// again after they fell below 8). Leases and holders made before a burst, during it and
 /// between bursts stay exact, an acquire parked before the bursts is served after them, and the
 /// server serves throughout.
 #[test]

@@ -369,8 +369,8 @@ impl ShardCtx {
 
     /// Writes the pending batch. Replies wait at least for the write (so a process crash loses
     /// nothing acknowledged under any policy); under `always` also for the fdatasync, which runs
-    /// on the background thread while the shard keeps serving. Without a sync, the write only copies
-    /// to the page cache and is done in place.
+    /// on the background thread while the shard keeps serving. Without a sync, the write only
+    /// copies to the page cache and is done in place.
     async fn flush_once(&self) {
         let (batch, file, policy) = {
             let mut store = self.store.borrow_mut();
