@@ -74,7 +74,7 @@ pub fn name(b: &Bytes, what: &str, limits: &Limits) -> Result<Name, Error> {
 }
 
 /// A process id: 1 to `max_process_id_len` bytes, binary-safe. Still a slice of the request: the
-/// engine keeps its own copy of it (a boxed slice), so detaching here would copy it twice.
+/// engine keeps its own copy of it (a `ProcessId`), so detaching here would copy it twice.
 pub fn process_id(b: &Bytes, limits: &Limits) -> Result<Bytes, Error> {
     if b.is_empty() || b.len() > limits.max_process_id_len {
         return Err(Error::InvalidArg(format!(

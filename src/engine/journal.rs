@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+use super::process_id::ProcessId;
 use super::state::{Holds, Lease, Namespace, Semaphore};
 use super::types::{FencingToken, LeaseId, Metadata, Name, Nanos, Weight};
 
@@ -274,7 +275,7 @@ pub fn apply(
                     n.leases.insert(Lease {
                         id,
                         serial,
-                        process_id: Box::from(&process_id[..]),
+                        process_id: ProcessId::new(&process_id),
                         created_at,
                         expires_at,
                         metadata,

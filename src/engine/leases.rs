@@ -6,10 +6,11 @@
 //! around a hundred bytes instead of several hundred.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 
 use hashbrown::HashTable;
 
+use super::creation::CreationOrder;
 use super::state::{sparse, Lease};
 use super::types::LeaseId;
 
@@ -17,6 +18,17 @@ use super::types::LeaseId;
 /// so a handle is only meaningful while the lease it was taken from is live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LeaseRef(u32);
+
+impl LeaseRef {
+    /// A handle no lease has: a slab never reaches 2^32 - 1 slots.
+    pub const NONE: LeaseRef = LeaseRef(u32::MAX);
+
+    /// The handle of slot `s`.
+    #[cfg(test)]
+    pub fn from_slot(s: u32) -> LeaseRef {
+        LeaseRef(s)
+    }
+}
 
 /// The live leases of one namespace.
 #[derive(Debug, Default)]
@@ -30,7 +42,7 @@ pub struct Leases {
     index: HashTable<u32>,
     hasher: ahash::RandomState,
     /// Slots by serial: creation order, the LEASE.LIST order.
-    order: BTreeMap<u64, LeaseRef>,
+    order: CreationOrder,
     /// The next lease's serial.
     next_serial: u64,
 }
@@ -75,10 +87,6 @@ impl Leases {
     /// (replay passes the journaled one; later serials are allocated above it).
     pub fn insert(&mut self, lease: Lease) -> LeaseRef {
         debug_assert!(self.find(&lease.id).is_none(), "lease ids are unique");
-        debug_assert!(
-            !self.order.contains_key(&lease.serial),
-            "serials are unique"
-        );
         self.next_serial = self.next_serial.max(lease.serial + 1);
         let hash = self.hasher.hash_one(lease.id);
         let serial = lease.serial;
@@ -89,7 +97,10 @@ impl Leases {
             }
             None => {
                 self.slots.push(Some(lease));
-                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 leases")
+                u32::try_from(self.slots.len() - 1)
+                    .ok()
+                    .filter(|&s| s != LeaseRef::NONE.0)
+                    .expect("fewer than 2^32 - 1 leases")
             }
         };
         self.index
@@ -106,7 +117,7 @@ impl Leases {
         if let Ok(e) = self.index.find_entry(hash, |&s| s == r.0) {
             e.remove();
         }
-        self.order.remove(&lease.serial);
+        self.order.remove(lease.serial);
         if self.index.is_empty() {
             // A namespace that once had many leases gives their room back when it has none.
             *self = Leases {
@@ -132,6 +143,7 @@ impl Leases {
             self.slots.shrink_to_fit();
             self.free.shrink_to_fit();
         }
+        self.order.shrink();
         if sparse(self.index.capacity(), self.index.len(), 16) {
             self.index
                 .shrink_to_fit(slot_hash(&self.slots, &self.hasher));
@@ -139,13 +151,13 @@ impl Leases {
     }
 
     /// Handles in creation order (LEASE.LIST pages through this).
-    pub fn order(&self) -> &BTreeMap<u64, LeaseRef> {
+    pub fn order(&self) -> &CreationOrder {
         &self.order
     }
 
     /// Live leases in creation order.
     pub fn iter(&self) -> impl Iterator<Item = (LeaseRef, &Lease)> {
-        self.order.values().map(|&r| (r, &self[r]))
+        self.order.iter().map(|(_, &r)| (r, &self[r]))
     }
 }
 
@@ -186,6 +198,7 @@ impl std::ops::IndexMut<LeaseRef> for Leases {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::process_id::ProcessId;
     use crate::engine::state::Holds;
     use crate::engine::types::Metadata;
 
@@ -193,7 +206,7 @@ mod tests {
         Lease {
             id: LeaseId::from_counter(n),
             serial,
-            process_id: Box::from(&b"p"[..]),
+            process_id: ProcessId::new(b"p"),
             created_at: 0,
             expires_at: 1,
             metadata: Metadata::default(),

@@ -1,9 +1,11 @@
 //! The deterministic shard state machine: namespaces, semaphores, leases, holders and parked
 //! acquires. No clock, no socket: `now` comes in with every call.
 
+pub mod creation;
 pub mod journal;
 pub mod leases;
 pub mod page;
+pub mod process_id;
 pub mod shard;
 pub mod state;
 pub mod timers;

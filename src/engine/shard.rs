@@ -13,6 +13,7 @@ use bytes::Bytes;
 use super::journal::{self, Record};
 use super::leases::LeaseRef;
 use super::page::{take_page, CursorKind, Dir, Page, PageOf};
+use super::process_id::ProcessId;
 use super::state::{
     free_if_empty, shrink_map, FastMap, Holds, Keys, Lease, Namespace, Semaphore, Waiter, WaiterId,
 };
@@ -881,7 +882,7 @@ impl Shard {
         let lease = Lease {
             id,
             serial,
-            process_id: Box::from(&process_id[..]),
+            process_id: ProcessId::new(&process_id),
             created_at: now,
             expires_at,
             metadata: meta,
