@@ -982,3 +982,104 @@ fn state_stays_exact_across_bursts_of_connections() {
     assert_eq!(served.expect("acquire reply"), ACQUIRED);
     parked.join().unwrap();
 }
+
+/// Clients per shard thread, from INFO's `clients_per_shard`.
+fn clients_per_shard(con: &mut redis::Connection) -> Vec<i64> {
+    let info = text(&ok(con, &["INFO", "clients"]));
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix("clients_per_shard:"))
+        .unwrap_or_else(|| panic!("INFO has no clients_per_shard line:\n{info}"))
+        .split(',')
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+/// A namespace name that shard `shard` of 2 owns.
+fn namespace_on(shard: usize) -> String {
+    (0..)
+        .map(|i| format!("mv{i}"))
+        .find(|n| {
+            let name = permitd::engine::types::Name::new_unchecked(bytes::Bytes::from(n.clone()));
+            permitd::persist::shard_for(&name, 2) == shard
+        })
+        .unwrap()
+}
+
+#[test]
+fn a_connection_moves_to_the_shard_of_its_namespace_and_keeps_its_state() {
+    let server = Server::start_with(&["--shards", "2"]);
+    let mut con = server.conn();
+    let start = clients_per_shard(&mut con);
+    let home = start
+        .iter()
+        .position(|&n| n == 1)
+        .unwrap_or_else(|| panic!("one client: {start:?}"));
+    let (away, home_ns) = (namespace_on(1 - home), namespace_on(home));
+    // Its commands keep going to the other shard: it moves there.
+    setup(&mut con, &away, "s", 1);
+    ok(&mut con, &["CLIENT", "SETNAME", "mover"]);
+    for _ in 0..8 {
+        sem_get(&mut con, &away, "s");
+    }
+    let mut on_away = vec![0, 0];
+    on_away[1 - home] = 1;
+    assert_eq!(
+        clients_per_shard(&mut con),
+        on_away,
+        "moved to the shard of {away}"
+    );
+    // Its name, its replies and their order came along.
+    let list = text(&ok(&mut con, &["CLIENT", "LIST"]));
+    assert!(list.contains("name=mover"), "{list}");
+    // A pipeline that makes a fresh connection move halfway is answered in full, in order.
+    let mut p = server.conn();
+    let id = lease(&mut p, &away, "piped", 60);
+    let mut pipe = redis::pipe();
+    for _ in 0..10 {
+        pipe.cmd("SEM.ACQUIRE")
+            .arg(&away)
+            .arg("s")
+            .arg(&id)
+            .arg(1)
+            .arg(0);
+        pipe.cmd("SEM.RELEASE").arg(&away).arg("s").arg(&id);
+    }
+    let replies: Vec<Value> = pipe.query(&mut p).unwrap();
+    assert_eq!(replies.len(), 20);
+    for pair in replies.chunks(2) {
+        assert_eq!(outcome(&pair[0]), ACQUIRED, "{pair:?}");
+        assert_eq!(int(&to_map(&pair[1])["active_holds"]), 0, "{pair:?}");
+    }
+    assert_eq!(
+        clients_per_shard(&mut p)[1 - home],
+        2,
+        "the pipelining client moved too"
+    );
+    // A moved connection parks and is woken as any other.
+    let holder = lease(&mut p, &away, "holder", 60);
+    acquire_now(&mut p, &away, "s", &holder, 1);
+    let waiting = lease(&mut con, &away, "waiter", 60);
+    let (tx, rx) = mpsc::channel();
+    let away2 = away.clone();
+    let parked = thread::spawn(move || {
+        let r = acquire(&mut con, &away2, "s", &waiting, 1, "30");
+        tx.send(r.map(|v| outcome(&v))).unwrap();
+        con
+    });
+    wait_parked(&mut p, 1);
+    ok(&mut p, &["SEM.RELEASE", &away, "s", &holder]);
+    let got = rx.recv_timeout(PROMPT).expect("woken by the release");
+    assert_eq!(got.unwrap(), ACQUIRED);
+    let mut con = parked.join().unwrap();
+    // Back home when its commands go there; CLIENT KILL still finds it.
+    setup(&mut con, &home_ns, "s", 1);
+    for _ in 0..8 {
+        sem_get(&mut con, &home_ns, "s");
+    }
+    let back = clients_per_shard(&mut con);
+    assert_eq!((back[home], back[1 - home]), (1, 1), "{back:?}");
+    let con_id = int(&ok(&mut con, &["CLIENT", "ID"])).to_string();
+    assert_eq!(int(&ok(&mut p, &["CLIENT", "KILL", "ID", &con_id])), 1);
+    assert!(call(&mut con, &["PING"]).is_err(), "killed");
+    assert!(wait_until(PROMPT, || clients_per_shard(&mut p) == on_away));
+}

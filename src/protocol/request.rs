@@ -62,6 +62,11 @@ impl RequestParser {
         self.partial.as_ref().map_or(0, |p| p.bytes)
     }
 
+    /// Whether no request is partly parsed.
+    pub fn is_idle(&self) -> bool {
+        self.partial.is_none()
+    }
+
     /// Takes one complete request off the front of `buf`; `Ok(None)` when more bytes are needed.
     /// Empty requests (a blank line, `*0`) are skipped.
     pub fn next(

@@ -20,8 +20,9 @@ pub struct Client {
     pub laddr: SocketAddr,
     /// Socket file descriptor.
     pub fd: i32,
-    /// The shard thread serving the connection.
-    pub shard: usize,
+    /// The shard thread serving the connection (it moves to the shard of its namespaces: see
+    /// `conn.rs`).
+    shard: AtomicUsize,
     created: Instant,
     /// Milliseconds since `created` of the last command.
     last_active_ms: AtomicU64,
@@ -105,6 +106,16 @@ impl Client {
             .cmd = cmd;
     }
 
+    /// The shard thread serving the connection now.
+    pub fn shard(&self) -> usize {
+        self.shard.load(Ordering::Relaxed)
+    }
+
+    /// The connection moves to shard thread `shard`.
+    pub fn moves_to(&self, shard: usize) {
+        self.shard.store(shard, Ordering::Relaxed);
+    }
+
     /// Shuts the socket down, which ends the connection's pending read: so the hot read path
     /// waits on the socket alone. Only called with the registry lock held (see [`Registry`]).
     fn shutdown_socket(&self, how: std::net::Shutdown) {
@@ -173,7 +184,7 @@ impl Registry {
             addr,
             laddr,
             fd,
-            shard,
+            shard: AtomicUsize::new(shard),
             created: Instant::now(),
             last_active_ms: AtomicU64::new(0),
             names: Mutex::new(Names {
@@ -240,7 +251,7 @@ impl Registry {
     /// Connected clients served by shard thread `shard`.
     pub fn count_on_shard(&self, shard: usize) -> usize {
         let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
-        clients.values().filter(|c| c.shard == shard).count()
+        clients.values().filter(|c| c.shard() == shard).count()
     }
 
     /// A snapshot of all clients, by id.

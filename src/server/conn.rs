@@ -4,6 +4,10 @@
 //! commands for another shard travel as one message. A parked acquire holds the commands behind
 //! it (as BLPOP does in Redis) while the connection keeps watching its socket, so a client that
 //! goes away is dropped from the queue at once.
+//!
+//! A connection whose commands keep going to one other shard moves to that shard's thread
+//! (between requests, with nothing buffered), so that its commands run inline there: a release
+//! that frees permits and the grant it causes then wake no other thread.
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -39,6 +43,10 @@ const BUF_START: usize = 8 * 1024;
 /// Least room given to a read that continues a partial request.
 const READ_MIN: usize = 1024;
 
+/// Consecutive engine commands for one other shard (none for this one in between) after which
+/// a connection moves there: a client that alternates between shards stays put.
+const MOVE_AFTER: u32 = 8;
+
 /// How long a TLS client may take to finish its handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -65,7 +73,15 @@ pub async fn serve(ctx: Rc<ShardCtx>, stream: TcpStream, tls: bool) {
 }
 
 /// A client's byte stream.
-trait Transport: AsyncRead + AsyncWrite + Unpin {
+trait Transport: AsyncRead + AsyncWrite + Unpin + Sized {
+    /// Whether a connection on this stream can move to another shard thread.
+    const MOVABLE: bool = false;
+
+    /// The socket, taken off this thread's event loop to move to another one.
+    fn into_std(self) -> Option<std::net::TcpStream> {
+        None
+    }
+
     /// Waits until a read may bring bytes, so that the read buffer gets its room only then. A
     /// stream that buffers inside (TLS) returns at once and its connections keep a read buffer.
     async fn wait_readable(&self) -> std::io::Result<()> {
@@ -74,6 +90,12 @@ trait Transport: AsyncRead + AsyncWrite + Unpin {
 }
 
 impl Transport for TcpStream {
+    const MOVABLE: bool = true;
+
+    fn into_std(self) -> Option<std::net::TcpStream> {
+        TcpStream::into_std(self).ok()
+    }
+
     async fn wait_readable(&self) -> std::io::Result<()> {
         self.readable().await
     }
@@ -89,31 +111,67 @@ async fn fill<S: Transport>(stream: &mut S, buf: &mut BytesMut) -> std::io::Resu
     stream.read_buf(buf).await
 }
 
+/// What a connection carries when it moves to another shard thread.
+#[derive(Debug)]
+pub struct Moving {
+    /// The socket, off the old thread's event loop.
+    stream: std::net::TcpStream,
+    client: Arc<Client>,
+    user: Option<Arc<User>>,
+    acl_version: u64,
+    proto: Proto,
+}
+
+/// Serves a connection that moved here from another shard thread.
+pub async fn resume(ctx: Rc<ShardCtx>, m: Moving) {
+    let g = ctx.global.clone();
+    let stream = match TcpStream::from_std(m.stream) {
+        Ok(s) => s,
+        Err(e) => {
+            // The socket could not join this thread's event loop (and is closed).
+            tracing::warn!(client = m.client.id, error = %e, "could not adopt a moving connection");
+            g.clients.remove(m.client.id);
+            return;
+        }
+    };
+    let mut conn = Conn::new(ctx, stream, m.client);
+    conn.user = m.user;
+    conn.acl_version = m.acl_version;
+    conn.proto = m.proto;
+    serve_conn(g, conn).await;
+}
+
 async fn run<S: Transport>(ctx: Rc<ShardCtx>, stream: S, client: Arc<Client>) {
     let g = ctx.global.clone();
-    // Logged in as the default user at once when it needs no password.
-    let user = g.acl.get("default").filter(|u| u.is_open());
-    let mut conn = Conn {
-        acl_version: g.acl.version(),
-        user,
-        shutdown: g.shutdown.subscribe(),
-        ctx,
-        g: g.clone(),
-        client: client.clone(),
-        stream,
-        inbuf: BytesMut::new(),
-        out: BytesMut::new(),
-        parser: RequestParser::default(),
-        proto: Proto::Resp2,
-        multi: None,
-        close: false,
-        batch_shard: 0,
-        batch: Vec::new(),
-        need: vec![0; g.shards.len()],
+    serve_conn(g, Conn::new(ctx, stream, client)).await;
+}
+
+/// Runs `conn` until it closes or moves to another shard thread.
+async fn serve_conn<S: Transport>(g: Arc<Global>, mut conn: Conn<S>) {
+    let client = conn.client.clone();
+    let Some(to) = conn.run().await else {
+        // Unregistered while its socket is still open (see `Registry::remove`).
+        g.clients.remove(client.id);
+        return;
     };
-    conn.run().await;
-    g.clients.remove(client.id);
-    drop(conn);
+    // Only fails if the event loop refuses to let go of the socket, which it then closes.
+    let Some(stream) = conn.stream.into_std() else {
+        g.clients.remove(client.id);
+        return;
+    };
+    let moving = Moving {
+        stream,
+        client: conn.client,
+        user: conn.user,
+        acl_version: conn.acl_version,
+        proto: conn.proto,
+    };
+    client.moves_to(to);
+    if let Err(unsent) = g.shards[to].send(ShardMsg::Move(Box::new(moving))) {
+        // The server is stopping: the connection closes, after it is unregistered.
+        g.clients.remove(client.id);
+        drop(unsent);
+    }
 }
 
 /// A transaction being queued.
@@ -139,6 +197,9 @@ struct Conn<S> {
     /// Close once the replies so far are written.
     close: bool,
     shutdown: watch::Receiver<bool>,
+    /// The shard of the latest engine commands and how many in a row went there (counted only
+    /// for another shard than this one).
+    streak: (usize, u32),
     /// Non-blocking requests for shard `batch_shard`, not sent yet.
     batch_shard: usize,
     batch: Vec<EngineRequest>,
@@ -165,17 +226,71 @@ enum Event {
 }
 
 impl<S: Transport> Conn<S> {
-    async fn run(&mut self) {
+    fn new(ctx: Rc<ShardCtx>, stream: S, client: Arc<Client>) -> Conn<S> {
+        let g = ctx.global.clone();
+        // Logged in as the default user at once when it needs no password.
+        let user = g.acl.get("default").filter(|u| u.is_open());
+        Conn {
+            acl_version: g.acl.version(),
+            user,
+            shutdown: g.shutdown.subscribe(),
+            streak: (ctx.id, 0),
+            ctx,
+            g: g.clone(),
+            client,
+            stream,
+            inbuf: BytesMut::new(),
+            out: BytesMut::new(),
+            parser: RequestParser::default(),
+            proto: Proto::Resp2,
+            multi: None,
+            close: false,
+            batch_shard: 0,
+            batch: Vec::new(),
+            need: vec![0; g.shards.len()],
+        }
+    }
+
+    /// Serves requests until the connection closes (`None`) or is to move to another shard
+    /// thread (`Some(shard)`).
+    async fn run(&mut self) -> Option<usize> {
         loop {
             if let Read::Closed = self.read().await {
-                return;
+                return None;
             }
             self.process().await;
             if self.write_out().await.is_err() || self.close {
-                return;
+                return None;
             }
             self.release_buffers();
+            if let Some(to) = self.move_target() {
+                return Some(to);
+            }
         }
+    }
+
+    /// Counts an engine command for `shard` toward moving there.
+    fn note_target(&mut self, shard: usize) {
+        self.streak = match self.streak {
+            (s, n) if s == shard && shard != self.ctx.id => (s, n.saturating_add(1)),
+            _ => (shard, u32::from(shard != self.ctx.id)),
+        };
+    }
+
+    /// The shard to move to, once the commands kept going there and nothing is in flight: the
+    /// replies are written, no request is partly read, no transaction is open.
+    fn move_target(&self) -> Option<usize> {
+        let (to, n) = self.streak;
+        (S::MOVABLE
+            && n >= MOVE_AFTER
+            && to != self.ctx.id
+            && self.multi.is_none()
+            && self.inbuf.is_empty()
+            && self.parser.is_idle()
+            && self.batch.is_empty()
+            && !self.client.killed.load(Ordering::Acquire)
+            && !self.g.shutting_down())
+        .then_some(to)
     }
 
     /// Drops the buffers' room before waiting on the client (the replies are written): most of
@@ -380,6 +495,7 @@ impl<S: Transport> Conn<S> {
             return;
         };
         let shard = self.g.shard_of(ns);
+        self.note_target(shard);
         if r.may_block() {
             self.flush_batch().await;
             let done = if shard == self.ctx.id {

@@ -128,6 +128,13 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
         ],
         "clients" => vec![
             ("connected_clients", g.clients.count().to_string()),
+            (
+                "clients_per_shard",
+                (0..g.shards.len())
+                    .map(|i| g.clients.count_on_shard(i).to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
             ("maxclients", g.config.maxclients.to_string()),
             (
                 "blocked_clients",

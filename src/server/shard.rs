@@ -40,6 +40,8 @@ pub enum Done {
 pub enum ShardMsg {
     /// A new connection to serve on this thread (true: over TLS).
     Conn(std::net::TcpStream, bool),
+    /// A connection moving here from another shard thread (see `conn.rs`).
+    Move(Box<super::conn::Moving>),
     /// Run requests in order (stopping after one that parks); answer with their results.
     Exec {
         /// Requests, all for namespaces of this shard.
@@ -270,18 +272,10 @@ impl ShardCtx {
     fn handle(self: &Rc<Self>, msg: ShardMsg) {
         match msg {
             ShardMsg::Conn(stream, tls) => match tokio::net::TcpStream::from_std(stream) {
-                Ok(s) => {
-                    let ctx = self.clone();
-                    let n = ctx.conns.get() + 1;
-                    ctx.conns.set(n);
-                    ctx.conns_high.set(ctx.conns_high.get().max(n));
-                    tokio::task::spawn_local(async move {
-                        super::conn::serve(ctx.clone(), s, tls).await;
-                        ctx.connection_closed();
-                    });
-                }
+                Ok(s) => self.adopt(|ctx| super::conn::serve(ctx, s, tls)),
                 Err(e) => tracing::warn!(error = %e, "could not adopt a connection"),
             },
+            ShardMsg::Move(m) => self.adopt(|ctx| super::conn::resume(ctx, *m)),
             ShardMsg::Exec {
                 reqs,
                 may_wait,
@@ -326,6 +320,22 @@ impl ShardCtx {
 }
 
 impl ShardCtx {
+    /// Serves a connection on this thread: `serve` runs it until it closes or moves away.
+    fn adopt<F: std::future::Future<Output = ()> + 'static>(
+        self: &Rc<Self>,
+        serve: impl FnOnce(Rc<ShardCtx>) -> F,
+    ) {
+        let n = self.conns.get() + 1;
+        self.conns.set(n);
+        self.conns_high.set(self.conns_high.get().max(n));
+        let ctx = self.clone();
+        let conn = serve(ctx.clone());
+        tokio::task::spawn_local(async move {
+            conn.await;
+            ctx.connection_closed();
+        });
+    }
+
     /// Counts a closed connection; once the thread serves half of its peak or fewer, the memory
     /// of the others is to be given back.
     fn connection_closed(&self) {
