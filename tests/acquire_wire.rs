@@ -14,6 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
+use permitd::server::conn::MOVE_AFTER;
 use redis::Value;
 
 const ACQUIRED: &str = "ACQUIRE_OUTCOME_ACQUIRED";
@@ -1018,7 +1019,7 @@ fn a_connection_moves_to_the_shard_of_its_namespace_and_keeps_its_state() {
     // Its commands keep going to the other shard: it moves there.
     setup(&mut con, &away, "s", 1);
     ok(&mut con, &["CLIENT", "SETNAME", "mover"]);
-    for _ in 0..8 {
+    for _ in 0..MOVE_AFTER {
         sem_get(&mut con, &away, "s");
     }
     let mut on_away = vec![0, 0];
@@ -1035,7 +1036,8 @@ fn a_connection_moves_to_the_shard_of_its_namespace_and_keeps_its_state() {
     let mut p = server.conn();
     let id = lease(&mut p, &away, "piped", 60);
     let mut pipe = redis::pipe();
-    for _ in 0..10 {
+    let pairs = MOVE_AFTER as usize; // twice as many commands as it takes to move
+    for _ in 0..pairs {
         pipe.cmd("SEM.ACQUIRE")
             .arg(&away)
             .arg("s")
@@ -1045,7 +1047,7 @@ fn a_connection_moves_to_the_shard_of_its_namespace_and_keeps_its_state() {
         pipe.cmd("SEM.RELEASE").arg(&away).arg("s").arg(&id);
     }
     let replies: Vec<Value> = pipe.query(&mut p).unwrap();
-    assert_eq!(replies.len(), 20);
+    assert_eq!(replies.len(), 2 * pairs);
     for pair in replies.chunks(2) {
         assert_eq!(outcome(&pair[0]), ACQUIRED, "{pair:?}");
         assert_eq!(int(&to_map(&pair[1])["active_holds"]), 0, "{pair:?}");
@@ -1073,7 +1075,7 @@ fn a_connection_moves_to_the_shard_of_its_namespace_and_keeps_its_state() {
     let mut con = parked.join().unwrap();
     // Back home when its commands go there; CLIENT KILL still finds it.
     setup(&mut con, &home_ns, "s", 1);
-    for _ in 0..8 {
+    for _ in 0..MOVE_AFTER {
         sem_get(&mut con, &home_ns, "s");
     }
     let back = clients_per_shard(&mut con);

@@ -487,7 +487,7 @@ w("- **hand-off**: a 1-permit semaphore, two workers taking turns. The waiter ca
   "parked (permitd: `INFO clients` `blocked_clients` >= 1) or has polled once (the peers), the client "
   "sleeps 15-25 ms (random, so the release lands at a random point of a poller's 10 ms retry "
   "interval), then the holder releases. Latency = release sent -> the waiter's grant received, "
-  f"{get(meta, 'handoff_n')} samples after 20 warm-up ones.")
+  f"{get(meta, 'handoff_n')} samples after {get(meta, 'handoff_warmup')} warm-up ones.")
 w(f"- **idle cost**: one holder takes all {P} permits (permitd lease ttl 300 s; fair Lua hold ttl "
   "300 s; redis-semaphore default `lockTimeout` 10 s, kept by the library's own refresh every 8 s as "
   f"a live holder would); then {get(meta, 'idle_waiters')} waiters (one connection each) acquire weight 1 "

@@ -44,8 +44,10 @@ const BUF_START: usize = 8 * 1024;
 const READ_MIN: usize = 1024;
 
 /// Consecutive engine commands for one other shard (none for this one in between) after which
-/// a connection moves there: a client that alternates between shards stays put.
-const MOVE_AFTER: u32 = 8;
+/// a connection moves there: a client that alternates between shards stays put, and one that
+/// sends a few commands and leaves is not worth a move (which registers the socket with another
+/// event loop and builds the connection again there).
+pub const MOVE_AFTER: u32 = 32;
 
 /// How long a TLS client may take to finish its handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -272,10 +272,10 @@ impl ShardCtx {
     fn handle(self: &Rc<Self>, msg: ShardMsg) {
         match msg {
             ShardMsg::Conn(stream, tls) => match tokio::net::TcpStream::from_std(stream) {
-                Ok(s) => self.adopt(|ctx| super::conn::serve(ctx, s, tls)),
+                Ok(s) => self.adopt(move |ctx| super::conn::serve(ctx, s, tls)),
                 Err(e) => tracing::warn!(error = %e, "could not adopt a connection"),
             },
-            ShardMsg::Move(m) => self.adopt(|ctx| super::conn::resume(ctx, *m)),
+            ShardMsg::Move(m) => self.adopt(move |ctx| super::conn::resume(ctx, *m)),
             ShardMsg::Exec {
                 reqs,
                 may_wait,
@@ -323,15 +323,16 @@ impl ShardCtx {
     /// Serves a connection on this thread: `serve` runs it until it closes or moves away.
     fn adopt<F: std::future::Future<Output = ()> + 'static>(
         self: &Rc<Self>,
-        serve: impl FnOnce(Rc<ShardCtx>) -> F,
+        serve: impl FnOnce(Rc<ShardCtx>) -> F + 'static,
     ) {
         let n = self.conns.get() + 1;
         self.conns.set(n);
         self.conns_high.set(self.conns_high.get().max(n));
         let ctx = self.clone();
-        let conn = serve(ctx.clone());
+        // The connection's future is made inside the task: made outside and moved in, it
+        // would be held twice (captured, then awaited), doubling each connection's task.
         tokio::task::spawn_local(async move {
-            conn.await;
+            serve(ctx.clone()).await;
             ctx.connection_closed();
         });
     }
