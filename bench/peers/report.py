@@ -624,34 +624,41 @@ index_bytes = 5 * 2 ** hb_pow / nlease if nlease else None
 cap = 1
 while nlease and cap < nlease:
     cap *= 2
-slab_bytes = 88 * cap / nlease if nlease else None
+slab_bytes = 80 * cap / nlease if nlease else None
+order_bytes = 12 * cap / nlease if nlease else None
 heap_bytes = 16 * cap / nlease if nlease else None
 per_sem = get(mp, "holders_per_semaphore") or 0
-deque_cap = 1
+# Holders::insert grows a full deque by a quarter (at least 4): src/engine/state.rs.
+deque_cap = 0
 while deque_cap < per_sem:
-    deque_cap *= 2
+    deque_cap += max(deque_cap // 4, 4)
 holder_bytes = 40 * deque_cap / per_sem if per_sem else None
-w("Where permitd's bytes go (struct sizes from `std::mem::size_of`, x86-64; allocations by "
-  "mimalloc; see `src/engine/leases.rs`, `src/engine/state.rs`, `src/engine/timers.rs`):")
+w("Where permitd's bytes go (struct sizes from `std::mem::size_of`, x86-64, pinned by unit tests; "
+  "allocations by mimalloc; see `src/engine/leases.rs`, `src/engine/creation.rs`, "
+  "`src/engine/state.rs`, `src/engine/timers.rs`):")
 w("")
-w(f"- per lease: an 88-byte slot in the namespace's slab (the id packed in 21 bytes, serial, "
-  f"process_id as a boxed slice, created/expires, metadata as one nullable pointer, the usual single "
-  f"hold inline in 16 bytes); the slab's "
+w(f"- per lease: an 80-byte slot in the namespace's slab (the id packed in 21 bytes, serial, "
+  f"created/expires, the process_id as one pointer to its length and bytes, metadata as one "
+  f"nullable pointer, the usual single hold inline in 16 bytes); the slab's "
   f"capacity is the next power of two, {fmt(cap, 0)} slots: about {fmt(slab_bytes, 0)} bytes per lease. "
   f"The id index is a `hashbrown::HashTable<u32>` of slot numbers (4 bytes + 1 control byte a bucket, "
   f"2^{hb_pow} buckets, {hb_fill:.0%} full: about {fmt(index_bytes, 0)} bytes). Creation order for "
-  "LEASE.LIST is a `BTreeMap<u64, LeaseRef>` (12-byte entries, nodes about half full under ascending "
-  f"inserts: ~25 bytes); the expiry timer is a 16-byte entry in a binary heap (~{fmt(heap_bytes, 0)} "
-  "bytes); the process_id's bytes are their own small allocation (~8-16 bytes).")
+  f"LEASE.LIST is two parallel vectors, serials and slots (12 bytes, ~{fmt(order_bytes, 0)} with "
+  f"the vectors' spare room); the expiry timer is a 16-byte entry in a binary heap "
+  f"(~{fmt(heap_bytes, 0)} bytes); the process_id's length and bytes are their own small "
+  "allocation (8 bytes for `p123456`).")
 w(f"- per holder: a 40-byte entry (token, lease handle, weight, locked_at, metadata pointer) in the "
-  f"semaphore's token-sorted deque, whose capacity doubles: {fmt(per_sem, 0)} holders in "
-  f"{fmt(deque_cap, 0)} slots, about {fmt(holder_bytes, 0)} bytes per holder.")
+  f"semaphore's token-sorted deque, which grows by a quarter: {fmt(per_sem, 0)} holders in "
+  f"{fmt(deque_cap, 0)} slots, about {fmt(holder_bytes, 0)} bytes per holder before the allocator "
+  "rounds the deque's block up to its size class.")
 w("- Redis's listpacks store the same holder as its 31-byte id twice plus a score and a small "
-  "integer, a few bytes of framing each, with no per-entry pointers: roughly 100-170 bytes. What "
-  "is left of the gap is capacity rounding (the slab, the id index, the holder deques and the heap "
-  "are sized to powers of two), the creation-order index, and fields the Lua baseline has no place "
-  "for (process_id, created_at, locked_at, fencing token, serial, metadata). Before the compact "
-  "layout (commit c63ba3b) the same state took 856 bytes per lease + holder in the engine.")
+  "integer, a few bytes of framing each, with no per-entry pointers and no index: roughly 100-170 "
+  "bytes. permitd keeps what the Lua baseline has no place for: the lease as its own entity "
+  "(process_id, created_at, serial for LEASE.LIST's order, metadata), the holder's fencing token, "
+  "locked_at and metadata, about 70 bytes of fields a lease + holder; and the indexes that make "
+  "every command O(1) or O(log n) (lease id index, creation order, expiry heap), about 40 bytes. "
+  "That is what keeps it above Redis. Before the compact layout (commit c63ba3b) the same state "
+  "took 856 bytes per lease + holder in the engine; 211 before aa1186c.")
 w("")
 w("### Load average per phase (1, 5, 15 min, read when each run ended)")
 w("")
