@@ -6,10 +6,10 @@
 //! (binary search, no move), and the tombstones go in one sweep once they are as many as the
 //! live entries, so each removal pays for at most one move later.
 
-use std::ops::Bound;
+use std::ops::{Bound, Range};
 
 use super::leases::LeaseRef;
-use super::page::Ordered;
+use super::page::{index_range, Ordered};
 use super::state::sparse;
 
 /// A removed entry's slot.
@@ -85,33 +85,14 @@ impl CreationOrder {
 
     /// Live entries, oldest first.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&u64, &LeaseRef)> {
-        self.range(0, self.serials.len())
+        self.range(0..self.serials.len())
     }
 
-    fn range(&self, from: usize, to: usize) -> impl DoubleEndedIterator<Item = (&u64, &LeaseRef)> {
-        let to = to.max(from);
-        self.serials[from..to]
+    fn range(&self, r: Range<usize>) -> impl DoubleEndedIterator<Item = (&u64, &LeaseRef)> {
+        self.serials[r.clone()]
             .iter()
-            .zip(&self.slots[from..to])
+            .zip(&self.slots[r])
             .filter(|(_, &r)| r != GONE)
-    }
-
-    /// Index of the first serial that `bound` (a lower bound) lets in.
-    fn lower(&self, bound: Bound<&u64>) -> usize {
-        match bound {
-            Bound::Unbounded => 0,
-            Bound::Included(s) => self.serials.partition_point(|x| x < s),
-            Bound::Excluded(s) => self.serials.partition_point(|x| x <= s),
-        }
-    }
-
-    /// Index past the last serial that `bound` (an upper bound) lets in.
-    fn upper(&self, bound: Bound<&u64>) -> usize {
-        match bound {
-            Bound::Unbounded => self.serials.len(),
-            Bound::Included(s) => self.serials.partition_point(|x| x <= s),
-            Bound::Excluded(s) => self.serials.partition_point(|x| x < s),
-        }
     }
 }
 
@@ -123,7 +104,15 @@ impl Ordered for CreationOrder {
         lower: Bound<&u64>,
         upper: Bound<&u64>,
     ) -> impl DoubleEndedIterator<Item = (&'a u64, &'a LeaseRef)> {
-        self.range(self.lower(lower), self.upper(upper))
+        self.range(index_range(
+            self.serials.len(),
+            lower,
+            upper,
+            |s, inclusive| {
+                self.serials
+                    .partition_point(|x| x < s || (inclusive && x == s))
+            },
+        ))
     }
 }
 

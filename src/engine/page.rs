@@ -166,6 +166,28 @@ impl<K: Ord + Clone, V> Ordered for BTreeMap<K, V> {
     }
 }
 
+/// The indexes of a key-sorted sequence of `len` items whose keys are within the bounds.
+/// `below(k, inclusive)` counts the items with keys below `k` (or at most `k` when inclusive),
+/// as a `partition_point` does.
+pub fn index_range<K>(
+    len: usize,
+    lower: Bound<&K>,
+    upper: Bound<&K>,
+    below: impl Fn(&K, bool) -> usize,
+) -> std::ops::Range<usize> {
+    let from = match lower {
+        Bound::Unbounded => 0,
+        Bound::Included(k) => below(k, false),
+        Bound::Excluded(k) => below(k, true),
+    };
+    let to = match upper {
+        Bound::Unbounded => len,
+        Bound::Included(k) => below(k, true),
+        Bound::Excluded(k) => below(k, false),
+    };
+    from..to.max(from)
+}
+
 /// Takes the page `(dir, from)` of `limit` items of `map` that pass `keep`.
 ///
 /// `from` is `None` for the first page. Items are rendered with `render`.

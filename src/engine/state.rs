@@ -6,7 +6,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::leases::{LeaseRef, Leases};
-use super::page::Ordered;
+use super::page::{index_range, Ordered};
 use super::process_id::ProcessId;
 use super::types::{FencingToken, LeaseId, Metadata, Name, Nanos, Weight};
 
@@ -357,17 +357,11 @@ impl Ordered for Holders {
         lower: Bound<&FencingToken>,
         upper: Bound<&FencingToken>,
     ) -> impl DoubleEndedIterator<Item = (&'a FencingToken, &'a Holder)> {
-        let from = match lower {
-            Bound::Unbounded => 0,
-            Bound::Included(t) => self.0.partition_point(|h| h.token < *t),
-            Bound::Excluded(t) => self.0.partition_point(|h| h.token <= *t),
-        };
-        let to = match upper {
-            Bound::Unbounded => self.0.len(),
-            Bound::Included(t) => self.0.partition_point(|h| h.token <= *t),
-            Bound::Excluded(t) => self.0.partition_point(|h| h.token < *t),
-        };
-        self.0.range(from..to.max(from)).map(|h| (&h.token, h))
+        let range = index_range(self.0.len(), lower, upper, |t, inclusive| {
+            self.0
+                .partition_point(|h| h.token < *t || (inclusive && h.token == *t))
+        });
+        self.0.range(range).map(|h| (&h.token, h))
     }
 }
 
