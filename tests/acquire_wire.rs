@@ -1001,7 +1001,7 @@ fn namespace_on(shard: usize) -> String {
         .map(|i| format!("mv{i}"))
         .find(|n| {
             let name = permitd::engine::types::Name::new_unchecked(bytes::Bytes::from(n.clone()));
-            permitd::persist::shard_for(&name, 2) == shard
+            permitd::engine::route::shard_for(&name, 2) == shard
         })
         .unwrap()
 }

@@ -8,7 +8,8 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use permitd::command::{parse_argv, EngineRequest, Request};
+use permitd::command::{parse_argv, Request};
+use permitd::engine::request::{EngineRequest, LeaseCreate};
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};
 use permitd::engine::{Cancel, Counts, Exec, Shard, WaiterId};
 use permitd::error::Error;
@@ -100,13 +101,13 @@ impl Eng {
     fn lease(&mut self, ns: &str, process: &str, ttl_secs: i64) -> String {
         let id = LeaseId::from_counter(self.next_lease);
         self.next_lease += 1;
-        let req = EngineRequest::LeaseCreate {
+        let req = EngineRequest::LeaseCreate(LeaseCreate {
             ns: Name::new_unchecked(Bytes::copy_from_slice(ns.as_bytes())),
             id,
             process_id: Bytes::copy_from_slice(process.as_bytes()),
             ttl: ttl_secs * S,
             meta: Metadata::default(),
-        };
+        });
         match self.exec(req) {
             Exec::Reply(r) if !r.is_error() => {
                 assert_eq!(int(&r, "expires_at"), self.now + ttl_secs * S);
@@ -1207,13 +1208,13 @@ fn rejected_commands_change_nothing() {
         }
     }
     // The lease quota: a fifth lease is refused.
-    let req = EngineRequest::LeaseCreate {
+    let req = EngineRequest::LeaseCreate(LeaseCreate {
         ns: Name::new_unchecked(Bytes::from_static(b"ns")),
         id: LeaseId::from_counter(500),
         process_id: Bytes::from_static(b"p"),
         ttl: 10 * S,
         meta: Metadata::default(),
-    };
+    });
     assert_eq!(code(&reply(e.exec(req))), "RESOURCEEXHAUSTED");
     assert_eq!(snapshot(&mut e), before);
     assert_eq!(e.shard.counts(), counts);

@@ -22,8 +22,11 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use permitd::command::EngineRequest;
 use permitd::engine::page::Page;
+use permitd::engine::request::{
+    EngineRequest, LeaseCreate, LeaseList, LeaseRefresh, LeaseRevoke, NsCreate, NsDelete, NsGet,
+    SemAcquire, SemCreate, SemDelete, SemGet, SemHolders, SemList, SemRelease, SemUpdate,
+};
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};
 use permitd::engine::{Cancel, Counts, Exec, Shard, Stats, WaiterId};
 use permitd::protocol::Reply;
@@ -975,20 +978,20 @@ fn request(op: &Op, m: &Model) -> (EngineRequest, bool) {
     let ns = name(NS);
     let sem = |i: usize| name(SEMS[i]);
     let r = match op {
-        Op::NsCreate => EngineRequest::NsCreate {
+        Op::NsCreate => EngineRequest::NsCreate(NsCreate {
             ns,
             desc: Bytes::new(),
             meta: Metadata::default(),
-        },
-        Op::NsDelete { .. } => EngineRequest::NsDelete { ns },
-        Op::SemCreate { sem: i, permits } => EngineRequest::SemCreate {
+        }),
+        Op::NsDelete { .. } => EngineRequest::NsDelete(NsDelete { ns }),
+        Op::SemCreate { sem: i, permits } => EngineRequest::SemCreate(SemCreate {
             ns,
             sem: sem(*i),
             permits: *permits,
             desc: Bytes::new(),
             meta: Metadata::default(),
-        },
-        Op::SemDelete { sem: i } => EngineRequest::SemDelete { ns, sem: sem(*i) },
+        }),
+        Op::SemDelete { sem: i } => EngineRequest::SemDelete(SemDelete { ns, sem: sem(*i) }),
         Op::SemUpdate {
             sem: i,
             permits,
@@ -1000,36 +1003,36 @@ fn request(op: &Op, m: &Model) -> (EngineRequest, bool) {
                     .and_then(|n| n.sems.iter().find(|s| s.name == SEMS[*i]))
                     .map_or(1, |s| s.version)
                     + *stale as i64;
-            EngineRequest::SemUpdate {
+            EngineRequest::SemUpdate(SemUpdate {
                 ns,
                 sem: sem(*i),
                 permits: *permits,
                 version,
                 desc: Bytes::new(),
                 meta: Metadata::default(),
-            }
+            })
         }
-        Op::LeaseCreate { ttl, process } => EngineRequest::LeaseCreate {
+        Op::LeaseCreate { ttl, process } => EngineRequest::LeaseCreate(LeaseCreate {
             ns,
             id: LeaseId::from_counter(m.next_lease),
             process_id: Bytes::from(format!("p{process}")),
             ttl: ttl * S,
             meta: Metadata::default(),
-        },
-        Op::LeaseRefresh { lease, ttl } => EngineRequest::LeaseRefresh {
+        }),
+        Op::LeaseRefresh { lease, ttl } => EngineRequest::LeaseRefresh(LeaseRefresh {
             ns,
             lease: Some(m.pick_lease(*lease)),
             ttl: ttl * S,
-        },
-        Op::LeaseRevoke { lease } => EngineRequest::LeaseRevoke {
+        }),
+        Op::LeaseRevoke { lease } => EngineRequest::LeaseRevoke(LeaseRevoke {
             ns,
             lease: Some(m.pick_lease(*lease)),
-        },
-        Op::Release { sem: i, lease } => EngineRequest::SemRelease {
+        }),
+        Op::Release { sem: i, lease } => EngineRequest::SemRelease(SemRelease {
             ns,
             sem: sem(*i),
             lease: Some(m.pick_lease(*lease)),
-        },
+        }),
         Op::Acquire {
             sem: i,
             lease,
@@ -1039,14 +1042,14 @@ fn request(op: &Op, m: &Model) -> (EngineRequest, bool) {
             meta,
         } => {
             return (
-                EngineRequest::SemAcquire {
+                EngineRequest::SemAcquire(SemAcquire {
                     ns,
                     sem: sem(*i),
                     lease: Some(m.pick_lease(*lease)),
                     weight: *weight,
                     timeout: *timeout,
                     meta: meta_for(*meta),
-                },
+                }),
                 *may_wait,
             )
         }
@@ -1066,7 +1069,11 @@ fn exec(shard: &mut Shard, now: i64, req: EngineRequest) -> Reply {
 fn check_state(shard: &mut Shard, m: &Model) -> Result<(), TestCaseError> {
     let now = m.now;
     // The first read fires whatever is due (when the step moved the clock without `advance`).
-    let ns_reply = decode(&exec(shard, now, EngineRequest::NsGet { ns: name(NS) }));
+    let ns_reply = decode(&exec(
+        shard,
+        now,
+        EngineRequest::NsGet(NsGet { ns: name(NS) }),
+    ));
     prop_assert_eq!(shard.counts(), m.counts());
     prop_assert_eq!(shard.stats(), m.stats);
     prop_assert_eq!(shard.next_deadline(), m.next_due(), "pending timers");
@@ -1087,11 +1094,11 @@ fn check_state(shard: &mut Shard, m: &Model) -> Result<(), TestCaseError> {
     let r = exec(
         shard,
         now,
-        EngineRequest::LeaseList {
+        EngineRequest::LeaseList(LeaseList {
             ns: name(NS),
             process: None,
             page: all_page(),
-        },
+        }),
     );
     let Some(Reply::Array(items)) = field(&r, "leases") else {
         panic!("{r:?}")
@@ -1115,10 +1122,10 @@ fn check_state(shard: &mut Shard, m: &Model) -> Result<(), TestCaseError> {
     let r = exec(
         shard,
         now,
-        EngineRequest::SemList {
+        EngineRequest::SemList(SemList {
             ns: name(NS),
             page: all_page(),
-        },
+        }),
     );
     let Some(Reply::Array(items)) = field(&r, "semaphores") else {
         panic!("{r:?}")
@@ -1131,10 +1138,10 @@ fn check_state(shard: &mut Shard, m: &Model) -> Result<(), TestCaseError> {
         let got = decode(&exec(
             shard,
             now,
-            EngineRequest::SemGet {
+            EngineRequest::SemGet(SemGet {
                 ns: name(NS),
                 sem: name(sem),
-            },
+            }),
         ));
         let Some(ms) = n.sems.iter().find(|s| s.name == *sem) else {
             prop_assert_eq!(got, not_found("semaphore"));
@@ -1147,11 +1154,11 @@ fn check_state(shard: &mut Shard, m: &Model) -> Result<(), TestCaseError> {
         let r = exec(
             shard,
             now,
-            EngineRequest::SemHolders {
+            EngineRequest::SemHolders(SemHolders {
                 ns: name(NS),
                 sem: name(sem),
                 page: all_page(),
-            },
+            }),
         );
         let Some(Reply::Array(items)) = field(&r, "holders") else {
             panic!("{r:?}")

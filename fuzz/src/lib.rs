@@ -24,9 +24,14 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use permitd::command::{self, table, EngineRequest, Request};
+use permitd::command::{self, table, Request};
 use permitd::engine::journal;
 use permitd::engine::page::{Cursor, CursorKind, Page};
+use permitd::engine::request::{
+    EngineRequest, LeaseCreate, LeaseGet, LeaseList, LeaseRefresh, LeaseRevoke, NsCreate, NsDelete,
+    NsGet, NsList, NsUpdate, SemAcquire, SemCreate, SemDelete, SemGet, SemHolders, SemList,
+    SemRelease, SemUpdate,
+};
 use permitd::engine::state::Namespace;
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};
 use permitd::engine::{Cancel, Exec, Shard, WaiterId};
@@ -258,7 +263,7 @@ fn swap_case(b: &Bytes) -> Bytes {
 /// A request with the one random part (a new lease's id) blanked, for comparisons.
 fn comparable(r: &Request) -> Request {
     let mut r = r.clone();
-    if let Request::Engine(EngineRequest::LeaseCreate { id, .. }) = &mut r {
+    if let Request::Engine(EngineRequest::LeaseCreate(LeaseCreate { id, .. })) = &mut r {
         *id = LeaseId::from_counter(0);
     }
     r
@@ -301,41 +306,43 @@ fn check_engine_request(e: &EngineRequest, argv: &[Bytes], limits: &Limits) {
     }
     let secs = |s: i64| s * NANOS_PER_SEC;
     match e {
-        E::NsCreate { desc, meta, .. } | E::NsUpdate { desc, meta, .. } => {
+        E::NsCreate(NsCreate { desc, meta, .. }) | E::NsUpdate(NsUpdate { desc, meta, .. }) => {
             assert!(desc.len() <= limits.max_description_len);
             check_metadata(meta, limits);
         }
-        E::NsGet { .. } | E::NsDelete { .. } => {}
-        E::NsList { page } => check_page(page),
-        E::SemCreate {
+        E::NsGet(NsGet { .. }) | E::NsDelete(NsDelete { .. }) => {}
+        E::NsList(NsList { page }) => check_page(page),
+        E::SemCreate(SemCreate {
             sem,
             permits,
             desc,
             meta,
             ..
-        }
-        | E::SemUpdate {
+        })
+        | E::SemUpdate(SemUpdate {
             sem,
             permits,
             desc,
             meta,
             ..
-        } => {
+        }) => {
             check_name(sem, limits);
             assert!(*permits > 0);
             assert!(desc.len() <= limits.max_description_len);
             check_metadata(meta, limits);
         }
-        E::SemGet { sem, .. } | E::SemDelete { sem, .. } => check_name(sem, limits),
-        E::SemList { page, .. } => check_page(page),
-        E::SemAcquire {
+        E::SemGet(SemGet { sem, .. }) | E::SemDelete(SemDelete { sem, .. }) => {
+            check_name(sem, limits)
+        }
+        E::SemList(SemList { page, .. }) => check_page(page),
+        E::SemAcquire(SemAcquire {
             sem,
             lease,
             weight,
             timeout,
             meta,
             ..
-        } => {
+        }) => {
             check_name(sem, limits);
             check_lease_arg(lease, &argv[3]);
             assert!(*weight > 0);
@@ -344,35 +351,35 @@ fn check_engine_request(e: &EngineRequest, argv: &[Bytes], limits: &Limits) {
             assert_eq!(e.may_block(), *timeout > 0);
             check_metadata(meta, limits);
         }
-        E::SemRelease { sem, lease, .. } => {
+        E::SemRelease(SemRelease { sem, lease, .. }) => {
             check_name(sem, limits);
             check_lease_arg(lease, &argv[3]);
         }
-        E::SemHolders { sem, page, .. } => {
+        E::SemHolders(SemHolders { sem, page, .. }) => {
             check_name(sem, limits);
             check_page(page);
         }
-        E::LeaseCreate {
+        E::LeaseCreate(LeaseCreate {
             process_id,
             ttl,
             meta,
             ..
-        } => {
+        }) => {
             assert!(!process_id.is_empty() && process_id.len() <= limits.max_process_id_len);
             assert_eq!(process_id, &argv[2]);
             assert!(*ttl >= secs(limits.min_lease_ttl) && *ttl <= secs(limits.max_lease_ttl));
             check_metadata(meta, limits);
         }
-        E::LeaseGet { lease, .. } | E::LeaseRevoke { lease, .. } => {
+        E::LeaseGet(LeaseGet { lease, .. }) | E::LeaseRevoke(LeaseRevoke { lease, .. }) => {
             check_lease_arg(lease, &argv[2])
         }
-        E::LeaseList { page, .. } => check_page(page),
-        E::LeaseRefresh { lease, ttl, .. } => {
+        E::LeaseList(LeaseList { page, .. }) => check_page(page),
+        E::LeaseRefresh(LeaseRefresh { lease, ttl, .. }) => {
             check_lease_arg(lease, &argv[2]);
             assert!(*ttl >= secs(limits.min_lease_ttl) && *ttl <= secs(limits.max_lease_ttl));
         }
     }
-    if !matches!(e, E::SemAcquire { .. }) {
+    if !matches!(e, E::SemAcquire(SemAcquire { .. })) {
         assert!(!e.may_block());
     }
 }
@@ -716,13 +723,13 @@ impl Harness {
                 let ttl = 1 + input.below(10) as i64;
                 let id = LeaseId::from_counter(self.next_lease);
                 self.next_lease += 1;
-                let req = EngineRequest::LeaseCreate {
+                let req = EngineRequest::LeaseCreate(LeaseCreate {
                     ns: nsn,
                     id,
                     process_id: Bytes::from(vec![b'p', b'0' + input.below(2) as u8]),
                     ttl: ttl * S,
                     meta: Metadata::default(),
-                };
+                });
                 if let Exec::Reply(r) = self.exec(req, true) {
                     if !r.is_error() {
                         assert_eq!(int_field(&r, "expires_at"), self.now + ttl * S);
@@ -734,28 +741,31 @@ impl Harness {
                 let lease = self.pick_lease(input, ns);
                 let ttl = 1 + input.below(10) as i64;
                 self.exec(
-                    EngineRequest::LeaseRefresh {
+                    EngineRequest::LeaseRefresh(LeaseRefresh {
                         ns: nsn,
                         lease,
                         ttl: ttl * S,
-                    },
+                    }),
                     true,
                 );
             }
             4 => {
                 let lease = self.pick_lease(input, ns);
-                self.exec(EngineRequest::LeaseRevoke { ns: nsn, lease }, true);
+                self.exec(
+                    EngineRequest::LeaseRevoke(LeaseRevoke { ns: nsn, lease }),
+                    true,
+                );
             }
             5..=9 => self.acquire(input, ns),
             10 => {
                 let sem = input.below(3);
                 let lease = self.pick_lease(input, ns);
                 self.exec(
-                    EngineRequest::SemRelease {
+                    EngineRequest::SemRelease(SemRelease {
                         ns: nsn,
                         sem: name(SEMS[sem]),
                         lease,
-                    },
+                    }),
                     true,
                 );
             }
@@ -770,14 +780,14 @@ impl Harness {
                     .map_or(1, |s| s.version)
                     + stale as i64;
                 self.exec(
-                    EngineRequest::SemUpdate {
+                    EngineRequest::SemUpdate(SemUpdate {
                         ns: nsn,
                         sem: name(SEMS[sem]),
                         permits,
                         version,
                         desc: Bytes::new(),
                         meta: Metadata::default(),
-                    },
+                    }),
                     true,
                 );
             }
@@ -785,13 +795,13 @@ impl Harness {
                 let sem = input.below(3);
                 let permits = 1 + input.below(6) as i64;
                 self.exec(
-                    EngineRequest::SemCreate {
+                    EngineRequest::SemCreate(SemCreate {
                         ns: nsn,
                         sem: name(SEMS[sem]),
                         permits,
                         desc: Bytes::new(),
                         meta: Metadata::default(),
-                    },
+                    }),
                     true,
                 );
             }
@@ -799,10 +809,10 @@ impl Harness {
                 let sem = input.below(3);
                 if input.u8() < 64 {
                     self.exec(
-                        EngineRequest::SemDelete {
+                        EngineRequest::SemDelete(SemDelete {
                             ns: nsn,
                             sem: name(SEMS[sem]),
-                        },
+                        }),
                         true,
                     );
                 } else {
@@ -811,14 +821,14 @@ impl Harness {
             }
             14 => {
                 if input.u8() < 24 {
-                    self.exec(EngineRequest::NsDelete { ns: nsn }, true);
+                    self.exec(EngineRequest::NsDelete(NsDelete { ns: nsn }), true);
                 } else {
                     self.exec(
-                        EngineRequest::NsCreate {
+                        EngineRequest::NsCreate(NsCreate {
                             ns: nsn,
                             desc: Bytes::new(),
                             meta: Metadata::default(),
-                        },
+                        }),
                         true,
                     );
                 }
@@ -872,14 +882,14 @@ impl Harness {
         self.check(true);
         let before = self.held_by(ns, sem, lease);
         let queued = self.queue_len(ns, sem);
-        let req = EngineRequest::SemAcquire {
+        let req = EngineRequest::SemAcquire(SemAcquire {
             ns: name(NSS[ns]),
             sem: name(SEMS[sem]),
             lease,
             weight,
             timeout,
             meta,
-        };
+        });
         match self.exec(req, may_wait) {
             Exec::Parked(w) => {
                 hit(if queued > 0 {
@@ -928,11 +938,11 @@ impl Harness {
     /// list, and `previous_cursor` leads back to exactly the page before.
     fn paging_check(&mut self, ns: usize, sem: usize, limit: usize) {
         let holders = |h: &mut Harness, cursor: Option<Cursor>, limit: usize| {
-            h.read(EngineRequest::SemHolders {
+            h.read(EngineRequest::SemHolders(SemHolders {
                 ns: name(NSS[ns]),
                 sem: name(SEMS[sem]),
                 page: Page { cursor, limit },
-            })
+            }))
         };
         let all = holders(self, None, 250);
         if all.is_error() {
@@ -1189,7 +1199,7 @@ fn compare_states(a: &BTreeMap<Name, Namespace>, b: &BTreeMap<Name, Namespace>) 
             n.leases.iter().map(|(_, l)| (l.serial, l.id)).collect()
         };
         assert_eq!(order(x), order(y), "replay: lease order");
-        let holds = |n: &Namespace, l: &permitd::engine::state::Lease| {
+        let holds = |n: &Namespace, l: &permitd::engine::leases::Lease| {
             let mut h: Vec<(Name, i64)> = l
                 .holds
                 .iter()
@@ -1282,22 +1292,22 @@ pub fn engine(data: &[u8]) {
     // Both namespaces with their semaphores, so most operations do something.
     for ns in NSS {
         h.exec(
-            EngineRequest::NsCreate {
+            EngineRequest::NsCreate(NsCreate {
                 ns: name(ns),
                 desc: Bytes::new(),
                 meta: Metadata::default(),
-            },
+            }),
             true,
         );
         for (sem, permits) in [3, 1, 5].into_iter().enumerate() {
             h.exec(
-                EngineRequest::SemCreate {
+                EngineRequest::SemCreate(SemCreate {
                     ns: name(ns),
                     sem: name(SEMS[sem]),
                     permits,
                     desc: Bytes::new(),
                     meta: Metadata::default(),
-                },
+                }),
                 true,
             );
         }

@@ -3,15 +3,14 @@
 
 pub mod args;
 pub mod docs;
-pub mod request;
 pub mod table;
 
 use bytes::Bytes;
 
-pub use request::EngineRequest;
 pub use table::{Cmd, CommandSpec};
 
 use crate::engine::page::CursorKind;
+use crate::engine::request::{self as r, EngineRequest};
 use crate::engine::types::{LeaseId, Limits};
 use crate::error::Error;
 use args::{Opt, Options};
@@ -181,134 +180,134 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
     let r = match spec.cmd {
         Cmd::NsCreate => {
             let o = Options::parse(&a[2..], &[Opt::Desc, Opt::Meta])?;
-            E::NsCreate {
+            E::NsCreate(r::NsCreate {
                 ns: ns()?,
                 desc: o.desc(limits)?,
                 meta: o.meta(limits)?,
-            }
+            })
         }
-        Cmd::NsGet => E::NsGet { ns: ns()? },
+        Cmd::NsGet => E::NsGet(r::NsGet { ns: ns()? }),
         Cmd::NsList => {
             let o = Options::parse(&a[1..], &[Opt::Cursor, Opt::Limit])?;
-            E::NsList {
+            E::NsList(r::NsList {
                 page: o.page(CursorKind::Namespaces)?,
-            }
+            })
         }
         Cmd::NsUpdate => {
             let o = Options::parse(&a[2..], &[Opt::Version, Opt::Desc, Opt::Meta])?;
-            E::NsUpdate {
+            E::NsUpdate(r::NsUpdate {
                 version: o.version()?,
                 ns: ns()?,
                 desc: o.desc(limits)?,
                 meta: o.meta(limits)?,
-            }
+            })
         }
-        Cmd::NsDelete => E::NsDelete { ns: ns()? },
+        Cmd::NsDelete => E::NsDelete(r::NsDelete { ns: ns()? }),
         Cmd::SemCreate => {
             let o = Options::parse(&a[4..], &[Opt::Desc, Opt::Meta])?;
             let permits = args::int(&a[3])?;
             let (ns, sem) = (ns()?, sem()?);
-            E::SemCreate {
+            E::SemCreate(r::SemCreate {
                 permits: args::positive(permits, "permits")?,
                 ns,
                 sem,
                 desc: o.desc(limits)?,
                 meta: o.meta(limits)?,
-            }
+            })
         }
-        Cmd::SemGet => E::SemGet {
+        Cmd::SemGet => E::SemGet(r::SemGet {
             ns: ns()?,
             sem: sem()?,
-        },
+        }),
         Cmd::SemList => {
             let o = Options::parse(&a[2..], &[Opt::Cursor, Opt::Limit])?;
-            E::SemList {
+            E::SemList(r::SemList {
                 ns: ns()?,
                 page: o.page(CursorKind::Semaphores)?,
-            }
+            })
         }
         Cmd::SemUpdate => {
             let o = Options::parse(&a[4..], &[Opt::Version, Opt::Desc, Opt::Meta])?;
             let permits = args::int(&a[3])?;
             let version = o.version()?;
             let (ns, sem) = (ns()?, sem()?);
-            E::SemUpdate {
+            E::SemUpdate(r::SemUpdate {
                 permits: args::positive(permits, "permits")?,
                 version,
                 ns,
                 sem,
                 desc: o.desc(limits)?,
                 meta: o.meta(limits)?,
-            }
+            })
         }
-        Cmd::SemDelete => E::SemDelete {
+        Cmd::SemDelete => E::SemDelete(r::SemDelete {
             ns: ns()?,
             sem: sem()?,
-        },
+        }),
         Cmd::SemAcquire => {
             let o = Options::parse(&a[6..], &[Opt::Meta])?;
             let weight = args::int(&a[4])?;
             let timeout = args::timeout(&a[5], limits)?;
             let (ns, sem) = (ns()?, sem()?);
-            E::SemAcquire {
+            E::SemAcquire(r::SemAcquire {
                 weight: args::positive(weight, "weight")?,
                 timeout,
                 ns,
                 sem,
                 lease: lease(&a[3]),
                 meta: o.meta(limits)?,
-            }
+            })
         }
-        Cmd::SemRelease => E::SemRelease {
+        Cmd::SemRelease => E::SemRelease(r::SemRelease {
             ns: ns()?,
             sem: sem()?,
             lease: lease(&a[3]),
-        },
+        }),
         Cmd::SemHolders => {
             let o = Options::parse(&a[3..], &[Opt::Cursor, Opt::Limit])?;
-            E::SemHolders {
+            E::SemHolders(r::SemHolders {
                 ns: ns()?,
                 sem: sem()?,
                 page: o.page(CursorKind::Holders)?,
-            }
+            })
         }
         Cmd::LeaseCreate => {
             let o = Options::parse(&a[4..], &[Opt::Meta])?;
             let ttl = args::int(&a[3])?;
             let ns = ns()?;
-            E::LeaseCreate {
+            E::LeaseCreate(r::LeaseCreate {
                 ttl: args::ttl(ttl, limits)?,
                 ns,
                 id: LeaseId::generate(),
                 process_id: args::process_id(&a[2], limits)?,
                 meta: o.meta(limits)?,
-            }
+            })
         }
-        Cmd::LeaseGet => E::LeaseGet {
+        Cmd::LeaseGet => E::LeaseGet(r::LeaseGet {
             ns: ns()?,
             lease: lease(&a[2]),
-        },
+        }),
         Cmd::LeaseList => {
             let o = Options::parse(&a[2..], &[Opt::Process, Opt::Cursor, Opt::Limit])?;
-            E::LeaseList {
+            E::LeaseList(r::LeaseList {
                 ns: ns()?,
                 page: o.page(CursorKind::Leases)?,
                 process: o.process.clone(),
-            }
+            })
         }
         Cmd::LeaseRefresh => {
             let ttl = args::int(&a[3])?;
             let ns = ns()?;
-            E::LeaseRefresh {
+            E::LeaseRefresh(r::LeaseRefresh {
                 ttl: args::ttl(ttl, limits)?,
                 ns,
                 lease: lease(&a[2]),
-            }
+            })
         }
-        Cmd::LeaseRevoke => E::LeaseRevoke {
+        Cmd::LeaseRevoke => E::LeaseRevoke(r::LeaseRevoke {
             ns: ns()?,
             lease: lease(&a[2]),
-        },
+        }),
         other => return parse_surface(other, a),
     };
     Ok(Request::Engine(r))

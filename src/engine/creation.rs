@@ -8,27 +8,40 @@
 
 use std::ops::{Bound, Range};
 
-use super::leases::LeaseRef;
 use super::page::{index_range, Ordered};
-use super::state::sparse;
+use super::room::sparse;
 
-/// A removed entry's slot.
-const GONE: LeaseRef = LeaseRef::NONE;
+/// What the order holds per serial: a small handle with one value set aside to mark a removed
+/// entry (a tombstone), so that an entry stays as small as the handle.
+pub trait Slot: Copy + Eq {
+    /// The tombstone: no live entry has it.
+    const GONE: Self;
+}
 
-/// Lease handles by serial, oldest first.
-#[derive(Debug, Default)]
-pub struct CreationOrder {
+/// Handles by serial, oldest first.
+#[derive(Debug)]
+pub struct CreationOrder<V> {
     /// Serials, strictly rising (tombstones keep theirs, so the search stays exact).
     serials: Vec<u64>,
-    /// The lease with the serial at the same index, or [`GONE`].
-    slots: Vec<LeaseRef>,
+    /// The handle with the serial at the same index, or [`Slot::GONE`].
+    slots: Vec<V>,
     /// Tombstones among them.
     gone: usize,
 }
 
-impl CreationOrder {
-    /// Records lease `r` with a serial no live lease has.
-    pub fn insert(&mut self, serial: u64, r: LeaseRef) {
+impl<V> Default for CreationOrder<V> {
+    fn default() -> Self {
+        CreationOrder {
+            serials: Vec::new(),
+            slots: Vec::new(),
+            gone: 0,
+        }
+    }
+}
+
+impl<V: Slot> CreationOrder<V> {
+    /// Records handle `r` with a serial no live entry has.
+    pub fn insert(&mut self, serial: u64, r: V) {
         match self.serials.last() {
             // The usual case: the newest lease.
             None => self.push(serial, r),
@@ -36,7 +49,7 @@ impl CreationOrder {
             // Replay may bring an older serial back (its tombstone, if any, is reused).
             Some(_) => match self.serials.binary_search(&serial) {
                 Ok(i) => {
-                    debug_assert!(self.slots[i] == GONE, "serials are unique");
+                    debug_assert!(self.slots[i] == V::GONE, "serials are unique");
                     self.slots[i] = r;
                     self.gone -= 1;
                 }
@@ -48,19 +61,19 @@ impl CreationOrder {
         }
     }
 
-    fn push(&mut self, serial: u64, r: LeaseRef) {
+    fn push(&mut self, serial: u64, r: V) {
         self.serials.push(serial);
         self.slots.push(r);
     }
 
-    /// Forgets the lease with `serial`.
+    /// Forgets the entry with `serial`.
     pub fn remove(&mut self, serial: u64) {
         let Ok(i) = self.serials.binary_search(&serial) else {
-            debug_assert!(false, "a live lease's serial is recorded");
+            debug_assert!(false, "a live entry's serial is recorded");
             return;
         };
-        debug_assert!(self.slots[i] != GONE, "removed once");
-        self.slots[i] = GONE;
+        debug_assert!(self.slots[i] != V::GONE, "removed once");
+        self.slots[i] = V::GONE;
         self.gone += 1;
         if 2 * self.gone >= self.serials.len() {
             self.sweep();
@@ -69,9 +82,9 @@ impl CreationOrder {
 
     /// Drops the tombstones.
     fn sweep(&mut self) {
-        let mut keep = self.slots.iter().map(|&r| r != GONE);
+        let mut keep = self.slots.iter().map(|&r| r != V::GONE);
         self.serials.retain(|_| keep.next().unwrap_or(false));
-        self.slots.retain(|&r| r != GONE);
+        self.slots.retain(|&r| r != V::GONE);
         self.gone = 0;
     }
 
@@ -84,26 +97,26 @@ impl CreationOrder {
     }
 
     /// Live entries, oldest first.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&u64, &LeaseRef)> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&u64, &V)> {
         self.range(0..self.serials.len())
     }
 
-    fn range(&self, r: Range<usize>) -> impl DoubleEndedIterator<Item = (&u64, &LeaseRef)> {
+    fn range(&self, r: Range<usize>) -> impl DoubleEndedIterator<Item = (&u64, &V)> {
         self.serials[r.clone()]
             .iter()
             .zip(&self.slots[r])
-            .filter(|(_, &r)| r != GONE)
+            .filter(|(_, &r)| r != V::GONE)
     }
 }
 
-impl Ordered for CreationOrder {
+impl<V: Slot> Ordered for CreationOrder<V> {
     type Key = u64;
-    type Item = LeaseRef;
+    type Item = V;
     fn within<'a>(
         &'a self,
         lower: Bound<&u64>,
         upper: Bound<&u64>,
-    ) -> impl DoubleEndedIterator<Item = (&'a u64, &'a LeaseRef)> {
+    ) -> impl DoubleEndedIterator<Item = (&'a u64, &'a V)> {
         self.range(index_range(
             self.serials.len(),
             lower,
@@ -121,7 +134,13 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    fn live(o: &CreationOrder) -> Vec<(u64, LeaseRef)> {
+    impl Slot for u32 {
+        const GONE: u32 = u32::MAX;
+    }
+
+    type LeaseRef = u32;
+
+    fn live(o: &CreationOrder<LeaseRef>) -> Vec<(u64, LeaseRef)> {
         o.iter().map(|(&s, &r)| (s, r)).collect()
     }
 
@@ -130,7 +149,7 @@ mod tests {
         let mut o = CreationOrder::default();
         let mut model = BTreeMap::new();
         for s in 0..1000u64 {
-            let r = LeaseRef::from_slot((s % 97) as u32);
+            let r = (s % 97) as u32;
             o.insert(s, r);
             model.insert(s, r);
         }
@@ -151,8 +170,8 @@ mod tests {
         );
         // Replay brings back an older serial; a new one goes at the end.
         for s in [3u64, 500, 1500] {
-            o.insert(s, LeaseRef::from_slot(1));
-            model.insert(s, LeaseRef::from_slot(1));
+            o.insert(s, 1);
+            model.insert(s, 1);
         }
         assert_eq!(
             live(&o),

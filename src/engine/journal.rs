@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+use super::leases::{Holds, Lease};
 use super::process_id::ProcessId;
-use super::state::{Holds, Lease, Namespace, Semaphore};
+use super::state::{Namespace, Semaphore};
 use super::types::{FencingToken, LeaseId, Metadata, Name, Nanos, Weight};
 
 /// One state change.

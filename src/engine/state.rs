@@ -1,66 +1,17 @@
 //! The entities a shard owns (SPEC §1), with the invariants of one semaphore kept here.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::leases::{LeaseRef, Leases};
+use super::leases::{Lease, LeaseRef, Leases};
 use super::page::{index_range, Ordered};
-use super::process_id::ProcessId;
-use super::types::{FencingToken, LeaseId, Metadata, Name, Nanos, Weight};
+use super::room::{free_if_empty, FastMap};
+use super::types::{FencingToken, Metadata, Name, Nanos, Weight};
 
 /// Parked-acquire identity, unique per shard and rising in arrival order.
 pub type WaiterId = u64;
-
-/// A hash map with the fast, DoS-resistant ahash hasher.
-pub type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
-
-/// Whether a collection holding `len` items in room for `capacity` should give room back after
-/// a peak: it fills a quarter of it or less (counting `len` as at least `floor`, so that small
-/// collections are left alone).
-pub fn sparse(capacity: usize, len: usize, floor: usize) -> bool {
-    capacity > 4 * len.max(floor)
-}
-
-/// Shrinks `m` when it is [`sparse`].
-pub fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut FastMap<K, V>) {
-    if sparse(m.capacity(), m.len(), 16) {
-        m.shrink_to_fit();
-    }
-}
-
-/// A collection that keeps room once emptied, and can tell whether it is empty.
-pub trait Collection: Default {
-    /// Whether it holds nothing.
-    fn is_empty(&self) -> bool;
-}
-
-impl<K, V> Collection for BTreeMap<K, V> {
-    fn is_empty(&self) -> bool {
-        BTreeMap::is_empty(self)
-    }
-}
-
-impl<T> Collection for std::collections::BTreeSet<T> {
-    fn is_empty(&self) -> bool {
-        std::collections::BTreeSet::is_empty(self)
-    }
-}
-
-impl<T> Collection for VecDeque<T> {
-    fn is_empty(&self) -> bool {
-        VecDeque::is_empty(self)
-    }
-}
-
-/// Gives back the room an emptied collection keeps (a B-tree's root node, a deque's buffer):
-/// a new, empty one has none.
-pub fn free_if_empty<T: Collection>(t: &mut T) {
-    if t.is_empty() {
-        *t = T::default();
-    }
-}
 
 /// Names by small integer keys, handed out so that no two live names share one. Keys stand in
 /// for names where one is stored per lease (its holds, its expiry timer).
@@ -380,105 +331,6 @@ pub struct Holder {
     pub metadata: Metadata,
 }
 
-/// A server-side TTL token.
-#[derive(Debug)]
-pub struct Lease {
-    /// Id (a capability).
-    pub id: LeaseId,
-    /// Creation order within the namespace.
-    pub serial: u64,
-    /// Owner process, free-form.
-    pub process_id: ProcessId,
-    /// Creation time.
-    pub created_at: Nanos,
-    /// Death time: the lease is dead from this instant on.
-    pub expires_at: Nanos,
-    /// Metadata.
-    pub metadata: Metadata,
-    /// Semaphores this lease holds.
-    pub holds: Holds,
-}
-
-impl Lease {
-    /// The fencing token of this lease's holder on the semaphore with key `sem`, if any.
-    pub fn hold_on(&self, sem: u32) -> Option<FencingToken> {
-        self.holds.iter().find(|(s, _)| *s == sem).map(|(_, t)| t)
-    }
-}
-
-/// The semaphores a lease holds, as (semaphore key in the namespace's `sem_keys`, fencing
-/// token of the lease's holder there). Most leases hold one, which is kept inline: no
-/// allocation. Two or more sit behind one pointer, so the enum takes 16 bytes, not the 24 of a
-/// Vec: 8 MB less with a million leases.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Holds {
-    /// None.
-    #[default]
-    None,
-    /// One.
-    One(u32, FencingToken),
-    /// Two or more.
-    Many(Box<Vec<(u32, FencingToken)>>),
-}
-
-impl Holds {
-    /// The holds.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, FencingToken)> + '_ {
-        let (one, many) = match self {
-            Holds::None => (None, &[][..]),
-            Holds::One(k, t) => (Some((*k, *t)), &[][..]),
-            Holds::Many(v) => (None, v.as_slice()),
-        };
-        one.into_iter().chain(many.iter().copied())
-    }
-
-    /// How many.
-    pub fn len(&self) -> usize {
-        match self {
-            Holds::None => 0,
-            Holds::One(..) => 1,
-            Holds::Many(v) => v.len(),
-        }
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Records a hold on a semaphore the lease does not hold yet.
-    pub fn add(&mut self, sem: u32, token: FencingToken) {
-        debug_assert!(self.iter().all(|(k, _)| k != sem), "one hold per semaphore");
-        *self = match std::mem::take(self) {
-            Holds::None => Holds::One(sem, token),
-            Holds::One(k, t) => Holds::Many(Box::new(vec![(k, t), (sem, token)])),
-            Holds::Many(mut v) => {
-                v.push((sem, token));
-                Holds::Many(v)
-            }
-        };
-    }
-
-    /// Drops the hold on semaphore `sem`; returns its token.
-    pub fn remove(&mut self, sem: u32) -> Option<FencingToken> {
-        match self {
-            Holds::None => None,
-            Holds::One(k, t) => {
-                let t = *t;
-                (*k == sem).then(|| *self = Holds::None).map(|_| t)
-            }
-            Holds::Many(v) => {
-                let at = v.iter().position(|(k, _)| *k == sem)?;
-                let (_, t) = v.swap_remove(at);
-                if let [(k, t)] = v[..] {
-                    *self = Holds::One(k, t);
-                }
-                Some(t)
-            }
-        }
-    }
-}
-
 /// A parked acquire.
 #[derive(Debug)]
 pub struct Waiter {
@@ -497,29 +349,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lease_slot_stays_small() {
-        // A million leases: every byte here is a megabyte (docs/design.md, "State layout").
-        assert_eq!(std::mem::size_of::<Option<Lease>>(), 80);
+    fn a_holder_stays_small() {
+        // A million holders: every byte here is a megabyte (docs/design.md, "State layout").
         assert_eq!(std::mem::size_of::<Holder>(), 40);
-    }
-
-    #[test]
-    fn holds_go_from_inline_to_heap_and_back() {
-        assert_eq!(std::mem::size_of::<Holds>(), 16);
-        let mut h = Holds::default();
-        assert!(h.is_empty());
-        h.add(7, 70);
-        assert_eq!(h, Holds::One(7, 70));
-        h.add(8, 80);
-        h.add(9, 90);
-        assert_eq!(h.len(), 3);
-        assert_eq!(h.remove(7), Some(70));
-        assert_eq!(h.remove(7), None);
-        assert_eq!(h.remove(9), Some(90));
-        assert_eq!(h, Holds::One(8, 80), "back inline at one");
-        assert_eq!(h.iter().collect::<Vec<_>>(), vec![(8, 80)]);
-        assert_eq!(h.remove(1), None);
-        assert_eq!(h.remove(8), Some(80));
-        assert!(h.is_empty());
     }
 }

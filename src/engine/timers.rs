@@ -11,7 +11,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
 use super::leases::LeaseRef;
-use super::state::{free_if_empty, sparse, WaiterId};
+use super::room::{free_if_empty, sparse};
+use super::state::WaiterId;
 use super::types::Nanos;
 
 /// Size of the heap at which the first rebuild is considered.

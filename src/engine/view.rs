@@ -2,8 +2,9 @@
 
 use bytes::Bytes;
 
+use super::leases::Lease;
 use super::page::{CursorKind, PageOf};
-use super::state::{Holder, Lease, Namespace, Semaphore};
+use super::state::{Holder, Namespace, Semaphore};
 use super::types::{FencingToken, Metadata};
 use crate::protocol::Reply;
 

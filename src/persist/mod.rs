@@ -21,6 +21,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::engine::journal::{apply, Record};
+use crate::engine::route::shard_for;
 use crate::engine::state::Namespace;
 use crate::engine::types::{FencingToken, Name};
 use snapshot::Piece;
@@ -45,12 +46,6 @@ impl Fsync {
             Fsync::No => "no",
         }
     }
-}
-
-/// The shard owning namespace `ns` among `shards` (stable across runs: fixed hash seeds).
-pub fn shard_for(ns: &Name, shards: usize) -> usize {
-    let h = ahash::RandomState::with_seeds(0x7065, 0x726d, 0x6974, 0x64);
-    (h.hash_one(ns.bytes().as_ref()) % shards as u64) as usize
 }
 
 /// One new shard's restored state.
@@ -419,7 +414,8 @@ pub fn install_snapshot(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{parse_argv, EngineRequest, Request};
+    use crate::command::{parse_argv, Request};
+    use crate::engine::request::EngineRequest;
     use crate::engine::types::{LeaseId, Limits, NANOS_PER_SEC};
     use crate::engine::Shard;
     use std::sync::atomic::AtomicUsize;
@@ -437,13 +433,13 @@ mod tests {
 
     fn lease(shard: &mut Shard, now: i64, n: u64, ttl: i64) -> String {
         let id = LeaseId::from_counter(n);
-        let req = EngineRequest::LeaseCreate {
+        let req = EngineRequest::LeaseCreate(crate::engine::request::LeaseCreate {
             ns: Name::new_unchecked(Bytes::from("team")),
             id,
             process_id: Bytes::from("p"),
             ttl: ttl * NANOS_PER_SEC,
             meta: Default::default(),
-        };
+        });
         shard.execute(now, req, true);
         String::from_utf8(id.to_bytes().to_vec()).unwrap()
     }

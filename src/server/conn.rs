@@ -24,8 +24,9 @@ use super::clients::Client;
 use super::info;
 use super::shard::{Done, Durable, ShardCtx, ShardMsg};
 use super::Global;
-use crate::command::{self, docs, Cmd, CommandSpec, EngineRequest, KillFilter, Request};
+use crate::command::{self, docs, Cmd, CommandSpec, KillFilter, Request};
 use crate::engine::page::Page;
+use crate::engine::request::EngineRequest;
 use crate::engine::shard::{merge_ns_pages, ns_page_reply};
 use crate::engine::{Cancel, WaiterId};
 use crate::error::Error;
@@ -490,8 +491,8 @@ impl<S: Transport> Conn<S> {
     async fn engine(&mut self, r: EngineRequest) {
         let Some(ns) = r.namespace() else {
             self.flush_batch().await;
-            if let EngineRequest::NsList { page } = r {
-                let reply = self.ns_list(page).await;
+            if let EngineRequest::NsList(list) = r {
+                let reply = self.ns_list(list.page).await;
                 self.push(reply);
             }
             return;
@@ -779,8 +780,8 @@ impl<S: Transport> Conn<S> {
                     Some(Done::Parked(..)) | None => shutting_down(),
                 },
                 Some(Err(e)) => Reply::Error(e),
-                Some(Ok(Request::Engine(EngineRequest::NsList { page }))) => {
-                    self.ns_list(page).await
+                Some(Ok(Request::Engine(EngineRequest::NsList(list)))) => {
+                    self.ns_list(list.page).await
                 }
                 Some(Ok(other)) => self.surface(other).await.unwrap_or(Reply::OK),
             };

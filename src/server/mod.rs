@@ -59,7 +59,7 @@ pub struct Global {
 impl Global {
     /// The shard owning namespace `ns`.
     pub fn shard_of(&self, ns: &Name) -> usize {
-        crate::persist::shard_for(ns, self.shards.len())
+        crate::engine::route::shard_for(ns, self.shards.len())
     }
 
     /// Starts a graceful shutdown: no new connections, and every connection stops reading,

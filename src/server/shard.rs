@@ -11,9 +11,9 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::background::{Background, Gone};
 use super::Global;
-use crate::command::EngineRequest;
 use crate::engine::page::{Page, PageOf};
-use crate::engine::state::{shrink_map, FastMap};
+use crate::engine::request::EngineRequest;
+use crate::engine::room::{shrink_map, FastMap};
 use crate::engine::types::{Name, Nanos};
 use crate::engine::{Cancel, Counts, Exec, Shard, Stats, WaiterId};
 use crate::persist::{self, Fsync, PersistStats, ShardState, Store};

@@ -1,0 +1,139 @@
+//! SEM.CREATE, SEM.GET's look-up aside, SEM.LIST, SEM.UPDATE, SEM.DELETE and SEM.HOLDERS.
+
+use bytes::Bytes;
+
+use super::base::{
+    name_cursor, ns_mut, number_cursor, sem_missing, sem_mut, weight_exceeds, Shard,
+};
+use super::namespaces::check_version;
+use super::queue::{forget_waiter, serve};
+use super::time::Ending;
+use crate::engine::journal::{self, Record};
+use crate::engine::page::{take_page, CursorKind, Page};
+use crate::engine::request::{SemCreate, SemUpdate};
+use crate::engine::state::{Semaphore, WaiterId};
+use crate::engine::types::{Name, Nanos};
+use crate::engine::view;
+use crate::error::Error;
+use crate::protocol::Reply;
+
+impl Shard {
+    pub(super) fn sem_create(&mut self, now: Nanos, req: SemCreate) -> Result<Reply, Error> {
+        let SemCreate {
+            ns,
+            sem,
+            permits,
+            desc,
+            meta,
+        } = req;
+        let max = self.cx.limits.max_semaphores_per_namespace;
+        let n = ns_mut(&mut self.namespaces, &ns)?;
+        if n.semaphores.contains_key(&sem) {
+            return Err(Error::AlreadyExists(format!(
+                "semaphore '{sem}' already exists in namespace '{ns}'"
+            )));
+        }
+        if n.semaphores.len() >= max {
+            return Err(Error::ResourceExhausted(format!(
+                "semaphore quota reached in namespace '{ns}' ({max} semaphores)"
+            )));
+        }
+        let sem = sem.detached();
+        let s = Semaphore::new(sem.clone(), permits, desc, meta, now);
+        let reply = view::semaphore(&s);
+        self.cx.journal.push(journal::sem_put(&ns, &s));
+        n.add_semaphore(s);
+        Ok(reply)
+    }
+
+    pub(super) fn sem_list(&self, ns: &Name, page: &Page) -> Result<Reply, Error> {
+        let n = self.ns(ns)?;
+        let p = take_page(
+            &n.semaphores,
+            name_cursor(page),
+            page.limit,
+            |_| true,
+            |_, s| view::semaphore(s),
+        );
+        Ok(view::page("semaphores", CursorKind::Semaphores, p, |k| {
+            k.bytes().clone()
+        }))
+    }
+
+    /// SEM.UPDATE: waiters that can no longer fit end INVALIDARG, and raised permits serve the
+    /// queue.
+    pub(super) fn sem_update(&mut self, now: Nanos, req: SemUpdate) -> Result<Reply, Error> {
+        let SemUpdate {
+            ns,
+            sem,
+            permits,
+            version,
+            desc,
+            meta,
+        } = req;
+        let n = ns_mut(&mut self.namespaces, &ns)?;
+        let s = sem_mut(&mut n.semaphores, &ns, &sem)?;
+        check_version(version, s.version)?;
+        if permits < s.active_holds {
+            return Err(Error::InvalidArg(format!(
+                "permits {permits} below active holds {}",
+                s.active_holds
+            )));
+        }
+        s.permits = permits;
+        s.description = desc;
+        s.metadata = meta;
+        s.version += 1;
+        s.updated_at = now;
+        s.check();
+        self.cx.journal.push(journal::sem_put(&ns, s));
+        // Waiters that can never fit any more end now; the rest may fit now.
+        let too_heavy: Vec<WaiterId> = s
+            .queue
+            .iter()
+            .filter(|(_, w)| w.weight > permits)
+            .map(|(id, _)| *id)
+            .collect();
+        for w in too_heavy {
+            self.end_waiter(w, Ending::Error(weight_exceeds()));
+        }
+        let n = self.namespaces.get_mut(&ns).expect("checked above");
+        serve(n, &sem, now, &mut self.cx);
+        // The reply is the state after the command, woken waiters included (as SEM.RELEASE).
+        Ok(view::semaphore(&n.semaphores[&sem]))
+    }
+
+    /// SEM.DELETE: its holds go, and its parked acquires end NOTFOUND.
+    pub(super) fn sem_delete(&mut self, ns: &Name, sem: &Name) -> Result<Reply, Error> {
+        let n = ns_mut(&mut self.namespaces, ns)?;
+        if let Some(s) = n.remove_semaphore(sem) {
+            self.cx.journal.push(Record::SemDel {
+                ns: ns.clone(),
+                name: sem.clone(),
+            });
+            for h in s.holders.iter() {
+                n.leases[h.lease].holds.remove(s.key);
+            }
+            for (&w, waiter) in &s.queue {
+                forget_waiter(&mut self.cx, (n.key, waiter.lease), w, waiter.deadline);
+                self.cx.outbox.push((w, Reply::Error(sem_missing(ns, sem))));
+            }
+        }
+        Ok(Reply::OK)
+    }
+
+    pub(super) fn holders(&self, ns: &Name, sem: &Name, page: &Page) -> Result<Reply, Error> {
+        let n = self.ns(ns)?;
+        let s = n.semaphores.get(sem).ok_or_else(|| sem_missing(ns, sem))?;
+        let p = take_page(
+            &s.holders,
+            number_cursor(page)?,
+            page.limit,
+            |_| true,
+            |t, h| view::holder(*t, h, &n.leases[h.lease]),
+        );
+        Ok(view::page("holders", CursorKind::Holders, p, |t| {
+            Bytes::copy_from_slice(&t.to_be_bytes())
+        }))
+    }
+}

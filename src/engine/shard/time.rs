@@ -1,0 +1,113 @@
+//! Time and cancellation: deadlines fire (leases die, parked acquires time out) and parked
+//! acquires are taken out from outside (a client gone, CLIENT UNBLOCK).
+
+use super::base::{Cancel, Shard};
+use super::queue::{drop_lease, forget_waiter, serve};
+use crate::engine::state::WaiterId;
+use crate::engine::types::{Name, Nanos};
+use crate::engine::view::{self, Outcome};
+use crate::error::Error;
+use crate::protocol::Reply;
+
+/// How a parked acquire taken out of its queue is answered.
+pub(super) enum Ending {
+    /// Not at all (its client is gone).
+    Silent,
+    /// With an outcome and the semaphore's state.
+    Outcome(Outcome),
+    /// With an error.
+    Error(Error),
+}
+
+impl Shard {
+    /// Fires every deadline up to and including `now`: leases die at their `expires_at`,
+    /// parked acquires time out at their deadline.
+    ///
+    /// Everything due at one instant `t` happens at `t`, together: first every lease whose
+    /// `expires_at` is `t` dies (holds released, its parked acquires end NOTFOUND), then every
+    /// parked acquire whose deadline is `t` times out, and only then are the queues served. So
+    /// no permit is ever granted at `t` to a lease that is dead at `t` or to an acquire whose
+    /// time is up at `t`, whatever the order of the timers. Grants made then carry `t` as
+    /// their time (`locked_at`, `last_activity_at`, fencing token floor), also when `now` is
+    /// later (the caller ran late).
+    pub fn advance(&mut self, now: Nanos) {
+        while let Some(t) = self.cx.timers.next() {
+            if t > now {
+                break;
+            }
+            let mut touched: Vec<(Name, Name)> = Vec::new();
+            // Leases due at t die before the time-outs due at t.
+            while let Some((key, r)) = self.cx.timers.pop_lease(t) {
+                let Some(ns) = self.expiring((t, key, r)).cloned() else {
+                    continue; // a stale entry
+                };
+                let n = self.namespaces.get_mut(&ns).expect("just found");
+                self.cx.stats.leases_expired += 1;
+                for sem in drop_lease(n, r, &mut self.cx) {
+                    touched.push((ns.clone(), sem));
+                }
+            }
+            while let Some(w) = self.cx.timers.pop_waiter(t) {
+                touched.extend(self.end_waiter(w, Ending::Outcome(Outcome::TimedOut)));
+            }
+            self.serve_all(touched, t);
+        }
+    }
+
+    /// Serves the queues of the `(namespace, semaphore)` pairs in `touched` at `now`.
+    fn serve_all(&mut self, mut touched: Vec<(Name, Name)>, now: Nanos) {
+        touched.sort();
+        touched.dedup();
+        for (ns, sem) in touched {
+            if let Some(n) = self.namespaces.get_mut(&ns) {
+                serve(n, &sem, now, &mut self.cx);
+            }
+        }
+    }
+
+    /// Takes a parked acquire out of its queue (client gone, or CLIENT UNBLOCK). Returns false
+    /// when it was no longer parked (already answered).
+    pub fn cancel(&mut self, now: Nanos, waiter: WaiterId, why: Cancel) -> bool {
+        self.advance(now);
+        if !self.cx.waiter_at.contains_key(&waiter) {
+            return false;
+        }
+        let ending = match why {
+            Cancel::Disconnected => Ending::Silent,
+            Cancel::UnblockTimeout => Ending::Outcome(Outcome::TimedOut),
+            Cancel::UnblockError => Ending::Error(Error::Unblocked(
+                "client unblocked via CLIENT UNBLOCK".into(),
+            )),
+        };
+        if why != Cancel::Disconnected {
+            self.cx.stats.clients_unblocked += 1;
+        }
+        let touched = self.end_waiter(waiter, ending);
+        self.serve_all(touched.into_iter().collect(), now);
+        true
+    }
+
+    /// Removes a parked acquire and answers it as `ending` says. Returns the queue it left,
+    /// which the caller must serve.
+    pub(super) fn end_waiter(&mut self, waiter: WaiterId, ending: Ending) -> Option<(Name, Name)> {
+        let (ns, sem) = self.cx.waiter_at.get(&waiter).cloned()?;
+        let n = self.namespaces.get_mut(&ns).expect("waiter index is exact");
+        let s = n.semaphores.get_mut(&sem).expect("waiter index is exact");
+        let w = s.queue.remove(&waiter).expect("waiter index is exact");
+        forget_waiter(&mut self.cx, (n.key, w.lease), waiter, w.deadline);
+        let reply = match ending {
+            Ending::Silent => None,
+            Ending::Outcome(o) => {
+                if o == Outcome::TimedOut {
+                    self.cx.stats.acquire_timed_out += 1;
+                }
+                Some(view::acquire(o, s, None))
+            }
+            Ending::Error(e) => Some(Reply::Error(e)),
+        };
+        if let Some(r) = reply {
+            self.cx.outbox.push((waiter, r));
+        }
+        Some((ns, sem))
+    }
+}
