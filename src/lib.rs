@@ -10,9 +10,11 @@ pub mod alloc;
 pub mod client;
 pub mod command;
 pub mod config;
-pub mod engine;
-pub mod error;
 pub mod glob;
 pub mod persist;
-pub mod protocol;
 pub mod server;
+
+// The crates below the server, under the names the rest of the code knows them by.
+pub use permitd_engine as engine;
+pub use permitd_protocol as protocol;
+pub use permitd_protocol::error;

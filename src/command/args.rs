@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use crate::engine::page::{Cursor, CursorKind, Page};
-use crate::engine::types::{Limits, Metadata, Name, Nanos, NANOS_PER_SEC};
+use crate::engine::types::{LeaseId, Limits, Metadata, Name, Nanos, NANOS_PER_SEC};
 use crate::error::Error;
 use crate::protocol::request::parse_len;
 
@@ -226,5 +226,23 @@ impl Options {
             cursor,
             limit: limit as usize,
         })
+    }
+}
+
+/// A new lease id from the operating system's CSPRNG: 166 random bits, an unguessable
+/// capability.
+pub fn lease_id() -> LeaseId {
+    LeaseId::from_random(|buf| getrandom::getrandom(buf).expect("the OS CSPRNG is available"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ids_from_the_os_differ() {
+        let (a, b) = (lease_id(), lease_id());
+        assert_ne!(a, b);
+        assert_eq!(LeaseId::parse(&a.to_bytes()), Some(a));
     }
 }

@@ -278,7 +278,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
             E::LeaseCreate(r::LeaseCreate {
                 ttl: args::ttl(ttl, limits)?,
                 ns,
-                id: LeaseId::generate(),
+                id: args::lease_id(),
                 process_id: args::process_id(&a[2], limits)?,
                 meta: o.meta(limits)?,
             })

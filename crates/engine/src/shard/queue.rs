@@ -4,13 +4,13 @@
 use std::sync::atomic::Ordering;
 
 use super::base::{lease_missing, weight_exceeds, Cx};
-use crate::engine::journal::Record;
-use crate::engine::leases::{Lease, LeaseRef};
-use crate::engine::state::{Namespace, Semaphore, WaiterId};
-use crate::engine::types::{FencingToken, Metadata, Name, Nanos, Weight};
-use crate::engine::view::{self, Outcome};
 use crate::error::Error;
+use crate::journal::Record;
+use crate::leases::{Lease, LeaseRef};
 use crate::protocol::Reply;
+use crate::state::{Namespace, Semaphore, WaiterId};
+use crate::types::{FencingToken, Metadata, Name, Nanos, Weight};
+use crate::view::{self, Outcome};
 
 /// A hold to give: `weight` permits in all for the lease behind `lease`, with `meta` as the
 /// holder's metadata (a grantable SEM.ACQUIRE, or the head of a queue).

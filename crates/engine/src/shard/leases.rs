@@ -4,16 +4,16 @@ use bytes::Bytes;
 
 use super::base::{lease_missing, lease_ref, ns_mut, number_cursor, Shard};
 use super::queue::{drop_lease, serve};
-use crate::engine::journal;
-use crate::engine::leases::{Holds, Lease, LeaseRef};
-use crate::engine::page::{take_page, CursorKind};
-use crate::engine::process_id::ProcessId;
-use crate::engine::request::{LeaseCreate, LeaseList, LeaseRefresh, LeaseRevoke};
-use crate::engine::state::Namespace;
-use crate::engine::types::{LeaseId, Nanos};
-use crate::engine::view;
 use crate::error::Error;
+use crate::journal;
+use crate::leases::{Holds, Lease, LeaseRef};
+use crate::page::{take_page, CursorKind};
+use crate::process_id::ProcessId;
 use crate::protocol::Reply;
+use crate::request::{LeaseCreate, LeaseList, LeaseRefresh, LeaseRevoke};
+use crate::state::Namespace;
+use crate::types::{LeaseId, Nanos};
+use crate::view;
 
 impl Shard {
     pub(super) fn lease_create(&mut self, now: Nanos, req: LeaseCreate) -> Result<Reply, Error> {

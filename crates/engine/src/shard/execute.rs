@@ -3,10 +3,10 @@
 use super::base::{Exec, Shard};
 use super::leases::find_lease;
 use super::namespaces::{merge_ns_pages, ns_page_reply};
-use crate::engine::request::EngineRequest;
-use crate::engine::types::Nanos;
-use crate::engine::view;
 use crate::protocol::Reply;
+use crate::request::EngineRequest;
+use crate::types::Nanos;
+use crate::view;
 
 impl Shard {
     /// Runs one request at `now`. `may_wait` is false inside MULTI: acquires never park there.

@@ -1,5 +1,13 @@
 //! The deterministic shard state machine: namespaces, semaphores, leases, holders and parked
 //! acquires. No clock, no socket: `now` comes in with every call.
+//!
+//! A leaf of the layers: it uses the wire's reply tree and error codes (`permitd-protocol`) and
+//! nothing of the command table, persistence or the server; its Cargo.toml lists all it may use.
+
+#![warn(missing_docs)]
+
+use permitd_protocol as protocol;
+use permitd_protocol::error;
 
 pub mod creation;
 pub mod journal;

@@ -8,14 +8,14 @@ use super::base::{
 use super::namespaces::check_version;
 use super::queue::{forget_waiter, serve};
 use super::time::Ending;
-use crate::engine::journal::{self, Record};
-use crate::engine::page::{take_page, CursorKind, Page};
-use crate::engine::request::{SemCreate, SemUpdate};
-use crate::engine::state::{Semaphore, WaiterId};
-use crate::engine::types::{Name, Nanos};
-use crate::engine::view;
 use crate::error::Error;
+use crate::journal::{self, Record};
+use crate::page::{take_page, CursorKind, Page};
 use crate::protocol::Reply;
+use crate::request::{SemCreate, SemUpdate};
+use crate::state::{Semaphore, WaiterId};
+use crate::types::{Name, Nanos};
+use crate::view;
 
 impl Shard {
     pub(super) fn sem_create(&mut self, now: Nanos, req: SemCreate) -> Result<Reply, Error> {

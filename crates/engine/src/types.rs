@@ -150,13 +150,14 @@ impl LeaseId {
         out
     }
 
-    /// A new id from the operating system's CSPRNG.
-    pub fn generate() -> LeaseId {
+    /// A new id from `random`, which fills a buffer with random bytes: the server passes the
+    /// operating system's CSPRNG (`command::args::lease_id`), so that the engine does no I/O.
+    pub fn from_random(mut random: impl FnMut(&mut [u8])) -> LeaseId {
         let mut out = [0u8; LEASE_CHARS];
         let mut filled = 0;
         let mut buf = [0u8; 64];
         while filled < LEASE_CHARS {
-            getrandom::getrandom(&mut buf).expect("the OS CSPRNG is available");
+            random(&mut buf);
             // Rejection sampling keeps every character uniform over the 62 symbols.
             for &b in buf.iter().filter(|&&b| b < 248) {
                 if filled == LEASE_CHARS {
@@ -293,10 +294,23 @@ impl Default for Limits {
 mod tests {
     use super::*;
 
+    /// Ids from a seeded xorshift generator, drawn the way the server draws them from the OS.
+    fn random_id(state: &mut u64) -> LeaseId {
+        LeaseId::from_random(|buf| {
+            for b in buf.iter_mut() {
+                *state ^= *state << 13;
+                *state ^= *state >> 7;
+                *state ^= *state << 17;
+                *b = (*state >> 24) as u8;
+            }
+        })
+    }
+
     #[test]
     fn lease_ids_are_shaped_and_distinct() {
-        let a = LeaseId::generate();
-        let b = LeaseId::generate();
+        let mut seed = 0x5eed;
+        let a = random_id(&mut seed);
+        let b = random_id(&mut seed);
         assert_ne!(a, b);
         let wire = a.to_bytes();
         assert_eq!(wire.len(), 31);
@@ -324,8 +338,9 @@ mod tests {
             ids.windows(2).all(|w| w[0] < w[1]),
             "packed ids order as their text"
         );
+        let mut seed = 7;
         for _ in 0..100 {
-            let id = LeaseId::generate();
+            let id = random_id(&mut seed);
             let wire = id.to_bytes();
             assert!(wire[3..].iter().all(u8::is_ascii_alphanumeric));
             assert_eq!(LeaseId::parse(&wire), Some(id));

@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::engine::journal::Record;
-use crate::engine::leases::{LeaseRef, Leases};
-use crate::engine::page::{Dir, Page};
-use crate::engine::room::{free_if_empty, shrink_map, FastMap};
-use crate::engine::state::{Keys, Namespace, Semaphore, WaiterId};
-use crate::engine::timers::{LeaseDeadline, Timers};
-use crate::engine::types::{FencingToken, LeaseId, Limits, Name, Nanos};
 use crate::error::Error;
+use crate::journal::Record;
+use crate::leases::{LeaseRef, Leases};
+use crate::page::{Dir, Page};
 use crate::protocol::Reply;
+use crate::room::{free_if_empty, shrink_map, FastMap};
+use crate::state::{Keys, Namespace, Semaphore, WaiterId};
+use crate::timers::{LeaseDeadline, Timers};
+use crate::types::{FencingToken, LeaseId, Limits, Name, Nanos};
 
 /// What a request did: answered now, or parked until its outbox reply.
 #[derive(Debug, PartialEq)]

@@ -4,14 +4,14 @@ use std::sync::atomic::Ordering;
 
 use super::base::{name_cursor, ns_missing, ns_mut, Shard};
 use super::queue::forget_waiter;
-use crate::engine::journal::{self, Record};
-use crate::engine::page::{take_page, CursorKind, Dir, Page, PageOf};
-use crate::engine::request::{NsCreate, NsUpdate};
-use crate::engine::state::Namespace;
-use crate::engine::types::{Name, Nanos};
-use crate::engine::view;
 use crate::error::Error;
+use crate::journal::{self, Record};
+use crate::page::{take_page, CursorKind, Dir, Page, PageOf};
 use crate::protocol::Reply;
+use crate::request::{NsCreate, NsUpdate};
+use crate::state::Namespace;
+use crate::types::{Name, Nanos};
+use crate::view;
 
 impl Shard {
     pub(super) fn ns_create(&mut self, now: Nanos, req: NsCreate) -> Result<Reply, Error> {

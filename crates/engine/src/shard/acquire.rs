@@ -4,13 +4,13 @@ use std::sync::atomic::Ordering;
 
 use super::base::{lease_ref, ns_mut, sem_mut, weight_exceeds, Exec, Shard};
 use super::queue::{grant, serve, touch, Want};
-use crate::engine::journal::Record;
-use crate::engine::request::{SemAcquire, SemRelease};
-use crate::engine::state::Waiter;
-use crate::engine::types::Nanos;
-use crate::engine::view::{self, Outcome};
 use crate::error::Error;
+use crate::journal::Record;
 use crate::protocol::Reply;
+use crate::request::{SemAcquire, SemRelease};
+use crate::state::Waiter;
+use crate::types::Nanos;
+use crate::view::{self, Outcome};
 
 impl Shard {
     /// SEM.ACQUIRE: grants at once when the hold does not grow or nobody waits and the permits

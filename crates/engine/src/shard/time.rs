@@ -3,11 +3,11 @@
 
 use super::base::{Cancel, Shard};
 use super::queue::{drop_lease, forget_waiter, serve};
-use crate::engine::state::WaiterId;
-use crate::engine::types::{Name, Nanos};
-use crate::engine::view::{self, Outcome};
 use crate::error::Error;
 use crate::protocol::Reply;
+use crate::state::WaiterId;
+use crate::types::{Name, Nanos};
+use crate::view::{self, Outcome};
 
 /// How a parked acquire taken out of its queue is answered.
 pub(super) enum Ending {
