@@ -49,8 +49,8 @@ impl Fsync {
 }
 
 /// One new shard's restored state.
+#[allow(missing_docs)]
 pub struct ShardState {
-    /// Namespaces.
     pub namespaces: BTreeMap<Name, Namespace>,
     /// Fencing-token high-water mark (the maximum over all old shards).
     pub hwm: FencingToken,
@@ -306,8 +306,8 @@ pub struct Store {
 }
 
 /// A batch taken for writing.
+#[allow(missing_docs)]
 pub struct Batch {
-    /// Framed records.
     pub bytes: Bytes,
     /// LSN of the last record in it.
     pub lsn: u64,

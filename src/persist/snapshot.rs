@@ -25,12 +25,12 @@ pub const HEADER_LEN: usize = 20;
 const PIECE: usize = 1 << 20;
 
 /// A decoded snapshot.
+#[allow(missing_docs)]
 pub struct Snapshot {
     /// Every log record up to this LSN is inside.
     pub lsn: u64,
     /// Fencing-token high-water mark.
     pub hwm: FencingToken,
-    /// The namespaces.
     pub namespaces: BTreeMap<Name, Namespace>,
 }
 

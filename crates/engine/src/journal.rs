@@ -14,105 +14,62 @@ use super::types::{FencingToken, LeaseId, Metadata, Name, Nanos, Weight};
 
 /// One state change.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
 pub enum Record {
     /// A namespace was created or updated (all its own fields).
     NsPut {
-        /// Name.
         name: Name,
-        /// Description.
         description: Bytes,
-        /// Metadata.
         metadata: Metadata,
-        /// Version.
         version: i64,
-        /// Creation time.
         created_at: Nanos,
-        /// Update time.
         updated_at: Nanos,
     },
     /// A namespace and all inside it were deleted.
-    NsDel {
-        /// Name.
-        name: Name,
-    },
+    NsDel { name: Name },
     /// A semaphore was created or updated (its own fields; holders unchanged).
     SemPut {
-        /// Namespace.
         ns: Name,
-        /// Name.
         name: Name,
-        /// Description.
         description: Bytes,
-        /// Metadata.
         metadata: Metadata,
-        /// Total permits.
         permits: Weight,
-        /// Version.
         version: i64,
-        /// Creation time.
         created_at: Nanos,
-        /// Update time.
         updated_at: Nanos,
-        /// Last activity.
         last_activity_at: Nanos,
     },
     /// A semaphore and its holders were deleted.
-    SemDel {
-        /// Namespace.
-        ns: Name,
-        /// Name.
-        name: Name,
-    },
+    SemDel { ns: Name, name: Name },
     /// A lease was created or refreshed.
     LeasePut {
-        /// Namespace.
         ns: Name,
-        /// Id.
         id: LeaseId,
-        /// Creation order.
         serial: u64,
-        /// Owner process.
         process_id: Bytes,
-        /// Creation time.
         created_at: Nanos,
-        /// Death time.
         expires_at: Nanos,
-        /// Metadata.
         metadata: Metadata,
     },
     /// A lease ended (revoked or expired), with all its holds.
-    LeaseDel {
-        /// Namespace.
-        ns: Name,
-        /// Id.
-        id: LeaseId,
-    },
+    LeaseDel { ns: Name, id: LeaseId },
     /// A lease's hold on a semaphore was set (new or changed).
     HoldSet {
-        /// Namespace.
         ns: Name,
-        /// Semaphore.
         sem: Name,
-        /// Lease.
         lease: LeaseId,
-        /// Weight held.
         weight: Weight,
-        /// Fencing token.
         token: FencingToken,
         /// First acquisition time.
         locked_at: Nanos,
-        /// Holder metadata.
         metadata: Metadata,
         /// The semaphore's last_activity_at after the change.
         at: Nanos,
     },
     /// A lease's hold on a semaphore was released.
     HoldDel {
-        /// Namespace.
         ns: Name,
-        /// Semaphore.
         sem: Name,
-        /// Lease.
         lease: LeaseId,
         /// The semaphore's last_activity_at after the change.
         at: Nanos,
@@ -120,9 +77,7 @@ pub enum Record {
     /// A semaphore's last_activity_at moved without a hold changing (an acquire that did not
     /// get permits at once).
     Touch {
-        /// Namespace.
         ns: Name,
-        /// Semaphore.
         sem: Name,
         /// New last_activity_at.
         at: Nanos,

@@ -196,18 +196,14 @@ impl std::ops::IndexMut<LeaseRef> for Leases {
 
 /// A server-side TTL token.
 #[derive(Debug)]
+#[allow(missing_docs)]
 pub struct Lease {
-    /// Id (a capability).
     pub id: LeaseId,
-    /// Creation order within the namespace.
     pub serial: u64,
-    /// Owner process, free-form.
     pub process_id: ProcessId,
-    /// Creation time.
     pub created_at: Nanos,
     /// Death time: the lease is dead from this instant on.
     pub expires_at: Nanos,
-    /// Metadata.
     pub metadata: Metadata,
     /// Semaphores this lease holds.
     pub holds: Holds,

@@ -46,16 +46,13 @@ impl Keys {
 
 /// A namespace and everything inside it.
 #[derive(Debug)]
+#[allow(missing_docs)]
 pub struct Namespace {
-    /// Name.
     pub name: Name,
-    /// Description (may be empty).
     pub description: Bytes,
-    /// Metadata.
     pub metadata: Metadata,
     /// Bumped by NS.UPDATE.
     pub version: i64,
-    /// Creation time.
     pub created_at: Nanos,
     /// Last NS.UPDATE time.
     pub updated_at: Nanos,
@@ -63,7 +60,6 @@ pub struct Namespace {
     pub semaphores: BTreeMap<Name, Semaphore>,
     /// Semaphore names by key.
     pub sem_keys: Keys,
-    /// Live leases.
     pub leases: Leases,
     /// The shard's short handle for this namespace in its timers (set by the shard).
     pub key: u32,
@@ -102,14 +98,12 @@ impl Namespace {
 
 /// A pool of permits with its holders and its FIFO queue of parked acquires.
 #[derive(Debug)]
+#[allow(missing_docs)]
 pub struct Semaphore {
-    /// Name.
     pub name: Name,
     /// Its key in the namespace's `sem_keys` (how leases' holds name it).
     pub key: u32,
-    /// Description.
     pub description: Bytes,
-    /// Metadata.
     pub metadata: Metadata,
     /// Total permits (> 0).
     pub permits: Weight,
@@ -117,7 +111,6 @@ pub struct Semaphore {
     pub active_holds: Weight,
     /// Bumped by SEM.UPDATE.
     pub version: i64,
-    /// Creation time.
     pub created_at: Nanos,
     /// Last SEM.UPDATE time.
     pub updated_at: Nanos,
@@ -318,12 +311,11 @@ impl Ordered for Holders {
 
 /// One lease's hold on one semaphore. Its `expires_at` is always its lease's.
 #[derive(Debug)]
+#[allow(missing_docs)]
 pub struct Holder {
-    /// Fencing token.
     pub token: FencingToken,
     /// The holding lease (its id and process are read from there).
     pub lease: LeaseRef,
-    /// Permits held.
     pub weight: Weight,
     /// When the hold was first taken.
     pub locked_at: Nanos,

@@ -53,16 +53,12 @@ pub struct Stats {
 
 /// Sizes reported by INFO's `# Semaphores`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Counts {
-    /// Namespaces.
     pub namespaces: u64,
-    /// Semaphores.
     pub semaphores: u64,
-    /// Live leases.
     pub leases: u64,
-    /// Holders.
     pub holders: u64,
-    /// Parked acquires.
     pub waiters: u64,
 }
 
