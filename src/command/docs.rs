@@ -188,7 +188,9 @@ pub fn markdown() -> String {
          matches it. Regenerate with `permitd --print-command-docs > docs/commands.md`.\n\n\
          Arity follows Redis: it counts the command name, and is negative when more arguments \
          may follow. Option words are case-insensitive and may come in any order after the \
-         fixed arguments; `META` comes last.\n",
+         fixed arguments; `META` comes last. In a complexity, N is the size of what the command \
+         looks into (a shard's namespaces, a namespace's semaphores or leases, the clients); \
+         other letters are named where they appear.\n",
     );
     let mut group = "";
     for c in COMMANDS {
@@ -218,13 +220,14 @@ fn write_entry(s: &mut String, c: &CommandSpec) {
         "none".to_string()
     };
     s.push_str(&format!(
-        "\n### `{}`\n\n{}\n\n- arity: {}; flags: {}; keys: {}; ACL: {}\n",
+        "\n### `{}`\n\n{}\n\n- arity: {}; flags: {}; keys: {}; ACL: {}\n- complexity: {}\n",
         c.usage(),
         c.summary,
         c.arity,
         flags,
         keys,
-        acl.join(" ")
+        acl.join(" "),
+        c.complexity
     ));
 }
 

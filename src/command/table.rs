@@ -220,7 +220,7 @@ pub struct CommandSpec {
     pub group: &'static str,
     /// One line for `COMMAND DOCS` and the docs.
     pub summary: &'static str,
-    /// Time complexity (still the same for every command).
+    /// Time complexity, in the letters the head of `docs/commands.md` explains.
     pub complexity: &'static str,
     /// The arguments after the name (after the subcommand word for a subcommand).
     pub args: &'static [Arg],
@@ -230,7 +230,7 @@ pub struct CommandSpec {
 
 // Entries are written over these bases, naming only what differs.
 
-/// The base of the bases. Its name, arity, group and summary are blank and its
+/// The base of the bases. Its name, arity, group, summary and complexity are blank and its
 /// `cmd` is PING's, so an entry that forgets one of its own fails
 /// `entries_fill_in_their_own_fields`.
 const UNSET: CommandSpec = CommandSpec {
@@ -242,7 +242,7 @@ const UNSET: CommandSpec = CommandSpec {
     first_key: 0,
     group: "",
     summary: "",
-    complexity: "O(log N)",
+    complexity: "",
     args: &[],
     subcommands: &[],
 };
@@ -274,6 +274,7 @@ const CONNECTION: CommandSpec = CommandSpec {
     flags: Flags::of(&[Flag::Noscript, Flag::Loading, Flag::Stale, Flag::Fast]),
     acl: AclCats::of(&[AclCat::Fast, AclCat::Connection]),
     group: "connection",
+    complexity: "O(1)",
     ..UNSET
 };
 
@@ -312,6 +313,7 @@ const INTROSPECTION: CommandSpec = CommandSpec {
 const CONTAINER: CommandSpec = CommandSpec {
     arity: -2,
     acl: AclCats::of(&[AclCat::Slow]),
+    complexity: "Depends on subcommand.",
     ..SERVER
 };
 
@@ -375,6 +377,7 @@ static CLIENT_SUBS: &[CommandSpec] = &[
         arity: -2,
         group: "connection",
         summary: "Lists open connections.",
+        complexity: "O(N), N the clients",
         args: &[opt("client-id", ArgType::Integer, "ID")],
         ..ADMIN
     },
@@ -384,6 +387,7 @@ static CLIENT_SUBS: &[CommandSpec] = &[
         arity: -3,
         group: "connection",
         summary: "Terminates open connections.",
+        complexity: "O(N), N the clients",
         args: &[
             opt("client-id", ArgType::Integer, "ID"),
             opt("ip:port", ArgType::String, "ADDR"),
@@ -397,6 +401,7 @@ static CLIENT_SUBS: &[CommandSpec] = &[
         arity: -3,
         group: "connection",
         summary: "Unblocks a client parked in SEM.ACQUIRE.",
+        complexity: "O(log N), N the clients",
         args: &[
             arg("client-id", ArgType::Integer),
             one_of(
@@ -443,6 +448,7 @@ static COMMAND_SUBS: &[CommandSpec] = &[
         cmd: Cmd::CommandCount,
         arity: 2,
         summary: "Returns a count of commands.",
+        complexity: "O(1)",
         ..INTROSPECTION
     },
     CommandSpec {
@@ -450,6 +456,7 @@ static COMMAND_SUBS: &[CommandSpec] = &[
         cmd: Cmd::CommandInfo,
         arity: -2,
         summary: "Returns information about one, multiple or all commands.",
+        complexity: "O(N), N the commands",
         args: COMMAND_NAMES,
         ..INTROSPECTION
     },
@@ -458,6 +465,7 @@ static COMMAND_SUBS: &[CommandSpec] = &[
         cmd: Cmd::CommandDocs,
         arity: -2,
         summary: "Returns documentary information about one, multiple or all commands.",
+        complexity: "O(N), N the commands",
         args: COMMAND_NAMES,
         ..INTROSPECTION
     },
@@ -466,6 +474,7 @@ static COMMAND_SUBS: &[CommandSpec] = &[
         cmd: Cmd::CommandList,
         arity: -2,
         summary: "Returns a list of command names.",
+        complexity: "O(N), N the commands",
         ..INTROSPECTION
     },
     CommandSpec {
@@ -473,6 +482,7 @@ static COMMAND_SUBS: &[CommandSpec] = &[
         cmd: Cmd::CommandGetKeys,
         arity: -3,
         summary: "Extracts the key names from an arbitrary command.",
+        complexity: "O(1)",
         args: &[
             arg("command", ArgType::String),
             arg("arg", ArgType::String).optional().multiple(),
@@ -488,6 +498,7 @@ static ACL_SUBS: &[CommandSpec] = &[
         arity: -3,
         summary: "Creates or changes a user: on/off, >password, ~namespace-pattern, +@category, \
                   -command, ...",
+        complexity: "O(N), N the rules",
         args: &[
             arg("username", ArgType::String),
             arg("rule", ArgType::String).optional().multiple(),
@@ -499,6 +510,7 @@ static ACL_SUBS: &[CommandSpec] = &[
         cmd: Cmd::AclDelUser,
         arity: -3,
         summary: "Deletes users.",
+        complexity: "O(N), N the clients (a deleted user's are closed)",
         args: &[arg("username", ArgType::String).multiple()],
         ..ADMIN
     },
@@ -507,6 +519,7 @@ static ACL_SUBS: &[CommandSpec] = &[
         cmd: Cmd::AclList,
         arity: 2,
         summary: "Lists the users and their rules.",
+        complexity: "O(N), N the users",
         ..ADMIN
     },
     CommandSpec {
@@ -514,6 +527,7 @@ static ACL_SUBS: &[CommandSpec] = &[
         cmd: Cmd::AclUsers,
         arity: 2,
         summary: "Lists the user names.",
+        complexity: "O(N), N the users",
         ..ADMIN
     },
     CommandSpec {
@@ -523,6 +537,7 @@ static ACL_SUBS: &[CommandSpec] = &[
         flags: Flags::of(&[Flag::Noscript, Flag::Loading, Flag::Stale]),
         acl: AclCats::of(&[AclCat::Slow]),
         summary: "Returns the user of the connection.",
+        complexity: "O(1)",
         ..SERVER
     },
     CommandSpec {
@@ -532,6 +547,7 @@ static ACL_SUBS: &[CommandSpec] = &[
         flags: Flags::of(&[Flag::Noscript, Flag::Loading, Flag::Stale]),
         acl: AclCats::of(&[AclCat::Slow]),
         summary: "Lists the categories, or the commands of one.",
+        complexity: "O(1)",
         args: &[arg("category", ArgType::String).optional()],
         ..SERVER
     },
@@ -540,6 +556,7 @@ static ACL_SUBS: &[CommandSpec] = &[
         cmd: Cmd::AclLoad,
         arity: 2,
         summary: "Reloads the users from the ACL file.",
+        complexity: "O(N), N the users in the file",
         ..ADMIN
     },
     CommandSpec {
@@ -547,6 +564,7 @@ static ACL_SUBS: &[CommandSpec] = &[
         cmd: Cmd::AclSave,
         arity: 2,
         summary: "Writes the users to the ACL file.",
+        complexity: "O(N), N the users",
         ..ADMIN
     },
 ];
@@ -556,6 +574,7 @@ static CONFIG_SUBS: &[CommandSpec] = &[CommandSpec {
     cmd: Cmd::ConfigGet,
     arity: -3,
     summary: "Returns the effective values of server options.",
+    complexity: "O(N), N the options",
     args: &[arg("parameter", ArgType::String).multiple()],
     ..ADMIN
 }];
@@ -567,6 +586,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::NsCreate,
         arity: -2,
         summary: "Creates a namespace.",
+        complexity: "O(log N)",
         args: &[NS, DESC, META],
         ..ENGINE_WRITE
     },
@@ -575,6 +595,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::NsGet,
         arity: 2,
         summary: "Returns a namespace.",
+        complexity: "O(log N)",
         args: &[NS],
         ..ENGINE_READ
     },
@@ -584,6 +605,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         arity: -1,
         first_key: 0,
         summary: "Lists namespaces in name order, one page at a time.",
+        complexity: "O(log N + M) per shard, M the page size; O(N) for a user with ~patterns",
         args: &[CURSOR, LIMIT],
         ..ENGINE_LISTING
     },
@@ -592,6 +614,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::NsUpdate,
         arity: -4,
         summary: "Replaces a namespace's description and metadata if its version matches.",
+        complexity: "O(log N)",
         args: &[NS, VERSION, DESC, META],
         ..ENGINE_WRITE
     },
@@ -607,6 +630,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             AclCat::Dangerous,
         ]),
         summary: "Deletes a namespace and everything in it.",
+        complexity: "O(N), N what the namespace holds",
         args: &[NS],
         ..ENGINE_WRITE
     },
@@ -615,6 +639,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::SemCreate,
         arity: -4,
         summary: "Creates a semaphore with a number of permits.",
+        complexity: "O(log N)",
         args: &[NS, SEM, arg("permits", ArgType::Integer), DESC, META],
         ..ENGINE_WRITE
     },
@@ -623,6 +648,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::SemGet,
         arity: 3,
         summary: "Returns a semaphore.",
+        complexity: "O(log N)",
         args: &[NS, SEM],
         ..ENGINE_READ
     },
@@ -631,6 +657,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::SemList,
         arity: -2,
         summary: "Lists a namespace's semaphores in name order, one page at a time.",
+        complexity: "O(log N + M), M the page size",
         args: &[NS, CURSOR, LIMIT],
         ..ENGINE_LISTING
     },
@@ -639,6 +666,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::SemUpdate,
         arity: -6,
         summary: "Changes a semaphore's permits, description and metadata if its version matches.",
+        complexity: "O(log N + W), W its parked acquires",
         args: &[
             NS,
             SEM,
@@ -654,6 +682,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::SemDelete,
         arity: 3,
         summary: "Deletes a semaphore; its parked acquires end with NOTFOUND.",
+        complexity: "O(log N + H + W), H its holders, W its parked acquires",
         args: &[NS, SEM],
         ..ENGINE_WRITE
     },
@@ -664,6 +693,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         flags: Flags::of(&[Flag::Write, Flag::Blocking]),
         acl: AclCats::of(&[AclCat::Write, AclCat::Semaphore, AclCat::Blocking]),
         summary: "Acquires weight permits under a lease, waiting up to timeout seconds (FIFO).",
+        complexity: "O(log N + K), K the parked acquires a smaller hold lets in",
         args: &[
             NS,
             SEM,
@@ -679,6 +709,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::SemRelease,
         arity: 4,
         summary: "Releases a lease's hold on a semaphore.",
+        complexity: "O(log N + K), K the parked acquires it lets in",
         args: &[NS, SEM, LEASE],
         ..ENGINE_WRITE
     },
@@ -687,6 +718,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::SemHolders,
         arity: -3,
         summary: "Lists a semaphore's holders, oldest first, one page at a time.",
+        complexity: "O(log N + M), M the page size",
         args: &[NS, SEM, CURSOR, LIMIT],
         ..ENGINE_LISTING
     },
@@ -695,6 +727,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::LeaseCreate,
         arity: -4,
         summary: "Creates a lease that lives ttl seconds unless refreshed.",
+        complexity: "O(log N)",
         args: &[
             NS,
             arg("process-id", ArgType::String),
@@ -708,6 +741,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::LeaseGet,
         arity: 3,
         summary: "Returns a live lease.",
+        complexity: "O(log N)",
         args: &[NS, LEASE],
         ..ENGINE_READ
     },
@@ -716,6 +750,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::LeaseList,
         arity: -2,
         summary: "Lists a namespace's live leases in creation order, one page at a time.",
+        complexity: "O(log N + M), M the page size; O(N) with PROCESS",
         args: &[
             NS,
             opt("process-id", ArgType::String, "PROCESS"),
@@ -729,6 +764,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::LeaseRefresh,
         arity: 4,
         summary: "Extends a live lease to now + ttl, with all its holds.",
+        complexity: "O(log N)",
         args: &[NS, LEASE, arg("ttl", ArgType::Integer)],
         ..ENGINE_WRITE
     },
@@ -737,6 +773,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::LeaseRevoke,
         arity: 3,
         summary: "Releases every hold of a lease and deletes it.",
+        complexity: "O(H log N + K), H its holds and parked acquires, K the acquires it lets in",
         args: &[NS, LEASE],
         ..ENGINE_WRITE
     },
@@ -831,6 +868,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::Command,
         arity: -1,
         summary: "Returns detailed information about all commands.",
+        complexity: "O(N), N the commands",
         subcommands: COMMAND_SUBS,
         ..INTROSPECTION
     },
@@ -840,6 +878,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         arity: -1,
         acl: AclCats::of(&[AclCat::Slow, AclCat::Dangerous]),
         summary: "Returns information and statistics about the server.",
+        complexity: "O(N), N the namespaces and semaphores",
         args: &[arg("section", ArgType::String).optional().multiple()],
         ..INTROSPECTION
     },
@@ -870,6 +909,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             Flag::AllowBusy,
         ]),
         summary: "Stops the server after flushing its state.",
+        complexity: "O(N), N the changes not yet on disk",
         args: &[one_of(
             "save-selector",
             &[token("nosave", "NOSAVE"), token("save", "SAVE")],
@@ -881,6 +921,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "multi",
         cmd: Cmd::Multi,
         summary: "Starts a transaction (one namespace).",
+        complexity: "O(1)",
         ..TRANSACTION
     },
     CommandSpec {
@@ -894,12 +935,14 @@ pub static COMMANDS: &[CommandSpec] = &[
         ]),
         acl: AclCats::of(&[AclCat::Slow, AclCat::Transaction]),
         summary: "Executes all commands of a transaction atomically.",
+        complexity: "Depends on the queued commands.",
         ..TRANSACTION
     },
     CommandSpec {
         name: "discard",
         cmd: Cmd::Discard,
         summary: "Discards a transaction.",
+        complexity: "O(N), N the queued commands",
         ..TRANSACTION
     },
 ];
