@@ -108,7 +108,7 @@ impl ArgType {
 pub struct Arg {
     /// Lowercase, as Redis names arguments.
     pub name: &'static str,
-    /// What it holds.
+    /// Its type, which also decides how its usage is written.
     pub kind: ArgType,
     /// The option word that introduces it (`DESC`, `META`, ...).
     pub token: Option<&'static str>,

@@ -101,7 +101,7 @@ impl Flag {
 }
 
 listed_set! {
-    /// A command's flags.
+    /// A command's flags: bits for dispatch to test, the list for `COMMAND INFO` to show.
     Flags of Flag
 }
 
@@ -154,7 +154,7 @@ impl AclCat {
 }
 
 listed_set! {
-    /// A command's ACL categories.
+    /// A command's ACL categories: bits for ACL checks, the list for `COMMAND INFO` to show.
     AclCats of AclCat
 }
 
