@@ -3,15 +3,15 @@
 
 use bytes::Bytes;
 
-use super::table::{lookup_full, Arg, ArgType, CommandSpec, COMMANDS};
+use super::table::{lookup_full, AclCat, Arg, ArgType, CommandSpec, Flag, COMMANDS};
 use crate::error::Error;
 use crate::protocol::Reply;
 
 /// Version reported as `since` for every permitd command.
 const SINCE: &str = "0.1.0";
 
-fn simple_list(words: &'static [&'static str]) -> Reply {
-    Reply::Array(words.iter().map(|w| Reply::Simple(w)).collect())
+fn simple_list(words: impl Iterator<Item = &'static str>) -> Reply {
+    Reply::Array(words.map(Reply::Simple).collect())
 }
 
 /// One `COMMAND INFO` entry (Redis 7's ten fields).
@@ -22,13 +22,13 @@ pub fn info(spec: &CommandSpec) -> Reply {
         (0, 0, 0)
     };
     let key_specs = if spec.first_key > 0 {
-        let flags: &'static [&'static str] = if spec.is_write() {
-            &["RW", "UPDATE"]
+        let flags = if spec.flags.has(Flag::Write) {
+            ["RW", "UPDATE"]
         } else {
-            &["RO", "ACCESS"]
+            ["RO", "ACCESS"]
         };
         vec![Reply::fields(vec![
-            ("flags", simple_list(flags)),
+            ("flags", simple_list(flags.into_iter())),
             (
                 "begin_search",
                 Reply::fields(vec![
@@ -57,11 +57,11 @@ pub fn info(spec: &CommandSpec) -> Reply {
     Reply::Array(vec![
         Reply::text(spec.name),
         Reply::Int(spec.arity as i64),
-        simple_list(spec.flags),
+        simple_list(spec.flags.iter().map(Flag::as_str)),
         Reply::Int(first),
         Reply::Int(last),
         Reply::Int(step),
-        simple_list(spec.acl),
+        simple_list(spec.acl.iter().map(AclCat::as_str)),
         Reply::Array(Vec::new()),
         Reply::Array(key_specs),
         Reply::Array(spec.subcommands.iter().map(info).collect()),
@@ -158,7 +158,7 @@ pub fn list_reply() -> Reply {
     Reply::Array(COMMANDS.iter().map(|c| Reply::text(c.name)).collect())
 }
 
-/// `COMMAND COUNT`.
+/// `COMMAND COUNT`: the top-level commands (subcommands do not count).
 pub fn count_reply() -> Reply {
     Reply::Int(COMMANDS.len() as i64)
 }
@@ -188,7 +188,9 @@ pub fn markdown() -> String {
          matches it. Regenerate with `permitd --print-command-docs > docs/commands.md`.\n\n\
          Arity follows Redis: it counts the command name, and is negative when more arguments \
          may follow. Option words are case-insensitive and may come in any order after the \
-         fixed arguments; `META` comes last.\n",
+         fixed arguments; `META` comes last. In a complexity, N is the size of what the command \
+         looks into (a shard's namespaces, a namespace's semaphores or leases, the clients); \
+         other letters are named where they appear.\n",
     );
     let mut group = "";
     for c in COMMANDS {
@@ -208,21 +210,24 @@ fn write_entry(s: &mut String, c: &CommandSpec) {
     let flags = if c.flags.is_empty() {
         "-".to_string()
     } else {
-        c.flags.join(", ")
+        let names: Vec<&str> = c.flags.iter().map(Flag::as_str).collect();
+        names.join(", ")
     };
+    let acl: Vec<&str> = c.acl.iter().map(AclCat::as_str).collect();
     let keys = if c.first_key > 0 {
         format!("namespace at {}", c.first_key)
     } else {
         "none".to_string()
     };
     s.push_str(&format!(
-        "\n### `{}`\n\n{}\n\n- arity: {}; flags: {}; keys: {}; ACL: {}\n",
+        "\n### `{}`\n\n{}\n\n- arity: {}; flags: {}; keys: {}; ACL: {}\n- complexity: {}\n",
         c.usage(),
         c.summary,
         c.arity,
         flags,
         keys,
-        c.acl.join(" ")
+        acl.join(" "),
+        c.complexity
     ));
 }
 

@@ -2,6 +2,10 @@
 //! positions, summary and arguments. Dispatch, `COMMAND`, `COMMAND INFO`, `COMMAND DOCS` and
 //! `docs/commands.md` are all derived from it.
 
+mod flags;
+
+pub use flags::{AclCat, AclCats, Flag, Flags};
+
 /// Which handler runs a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
@@ -68,19 +72,19 @@ pub enum Cmd {
 /// An argument's type, as `COMMAND DOCS` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArgType {
-    /// A key (the namespace).
+    /// The namespace: the key `COMMAND GETKEYS` and cluster-aware clients route by.
     Key,
-    /// Free text.
+    /// Free text, or a name.
     String,
-    /// An integer.
+    /// A whole number.
     Integer,
-    /// A decimal number.
+    /// A decimal number (seconds in a time-out).
     Double,
-    /// A fixed word.
+    /// A fixed word standing alone (`NOSAVE`), its `token`.
     PureToken,
-    /// A group of arguments.
+    /// A group of arguments that come together.
     Block,
-    /// One of several.
+    /// One of the alternatives in `args`.
     OneOf,
 }
 
@@ -99,12 +103,12 @@ impl ArgType {
     }
 }
 
-/// One argument of a command, for `COMMAND DOCS` and the docs.
+/// One argument of a command, for `COMMAND DOCS`, usage lines and the docs.
 #[derive(Debug)]
 pub struct Arg {
-    /// Name (lowercase, as Redis).
+    /// Lowercase, as Redis names arguments.
     pub name: &'static str,
-    /// Type.
+    /// Its type, which also decides how its usage is written.
     pub kind: ArgType,
     /// The option word that introduces it (`DESC`, `META`, ...).
     pub token: Option<&'static str>,
@@ -112,7 +116,7 @@ pub struct Arg {
     pub optional: bool,
     /// May repeat.
     pub multiple: bool,
-    /// Members of a block or one-of.
+    /// The members of a block or one-of.
     pub args: &'static [Arg],
 }
 
@@ -127,25 +131,49 @@ const fn arg(name: &'static str, kind: ArgType) -> Arg {
     }
 }
 
+/// An option: `token` followed by the value.
 const fn opt(name: &'static str, kind: ArgType, token: &'static str) -> Arg {
     Arg {
-        name,
-        kind,
         token: Some(token),
-        optional: true,
-        multiple: false,
-        args: &[],
+        ..arg(name, kind)
     }
+    .optional()
 }
 
 const fn token(name: &'static str, tok: &'static str) -> Arg {
     Arg {
-        name,
-        kind: ArgType::PureToken,
         token: Some(tok),
-        optional: false,
-        multiple: false,
-        args: &[],
+        ..arg(name, ArgType::PureToken)
+    }
+}
+
+const fn block(name: &'static str, args: &'static [Arg]) -> Arg {
+    Arg {
+        args,
+        ..arg(name, ArgType::Block)
+    }
+}
+
+const fn one_of(name: &'static str, args: &'static [Arg]) -> Arg {
+    Arg {
+        args,
+        ..arg(name, ArgType::OneOf)
+    }
+}
+
+impl Arg {
+    const fn optional(self) -> Arg {
+        Arg {
+            optional: true,
+            ..self
+        }
+    }
+
+    const fn multiple(self) -> Arg {
+        Arg {
+            multiple: true,
+            ..self
+        }
     }
 }
 
@@ -156,468 +184,490 @@ const DESC: Arg = opt("description", ArgType::String, "DESC");
 const CURSOR: Arg = opt("cursor", ArgType::String, "CURSOR");
 const LIMIT: Arg = opt("limit", ArgType::Integer, "LIMIT");
 const VERSION: Arg = Arg {
-    name: "version",
-    kind: ArgType::Integer,
     token: Some("VERSION"),
-    optional: false,
-    multiple: false,
-    args: &[],
+    ..arg("version", ArgType::Integer)
 };
 const META: Arg = Arg {
-    name: "metadata",
-    kind: ArgType::Block,
     token: Some("META"),
-    optional: true,
-    multiple: false,
-    args: &[Arg {
-        name: "entry",
-        kind: ArgType::Block,
-        token: None,
-        optional: false,
-        multiple: true,
-        args: &[arg("key", ArgType::String), arg("value", ArgType::String)],
-    }],
-};
+    ..block(
+        "metadata",
+        &[block(
+            "entry",
+            &[arg("key", ArgType::String), arg("value", ArgType::String)],
+        )
+        .multiple()],
+    )
+}
+.optional();
+const COMMAND_NAMES: &[Arg] = &[arg("command-name", ArgType::String).optional().multiple()];
 
 /// One command (or subcommand) of the table.
 #[derive(Debug)]
 pub struct CommandSpec {
-    /// Lowercase name; subcommands are `container|sub`.
+    /// Lowercase; a subcommand's is `container|sub`.
     pub name: &'static str,
-    /// Handler.
+    /// The handler that runs it.
     pub cmd: Cmd,
     /// Redis arity: the count of words including the name, negative for "at least".
     pub arity: i32,
-    /// Flags (`write`, `readonly`, `blocking`, `fast`, ...).
-    pub flags: &'static [&'static str],
-    /// ACL categories.
-    pub acl: &'static [&'static str],
-    /// First key position (0: none); last key and step are 1 when there is a key.
+    /// What `COMMAND INFO` reports; dispatch acts on `no-auth` and `no-multi`.
+    pub flags: Flags,
+    /// The categories ACL rules allow or deny it by.
+    pub acl: AclCats,
+    /// Where the namespace, the only key, is (0: none). Last key and step are 1 when it is there.
     pub first_key: i32,
-    /// Group, as in `COMMAND DOCS`.
+    /// The `COMMAND DOCS` group, which is also the section of `docs/commands.md`.
     pub group: &'static str,
-    /// One-line summary.
+    /// One line for `COMMAND DOCS` and the docs.
     pub summary: &'static str,
-    /// Complexity.
+    /// Time complexity, in the letters the head of `docs/commands.md` explains.
     pub complexity: &'static str,
-    /// Arguments after the name.
+    /// The arguments after the name (after the subcommand word for a subcommand).
     pub args: &'static [Arg],
-    /// Subcommands of a container command.
+    /// The subcommands of a container command.
     pub subcommands: &'static [CommandSpec],
 }
 
-#[allow(clippy::too_many_arguments)]
-const fn spec(
-    name: &'static str,
-    cmd: Cmd,
-    arity: i32,
-    flags: &'static [&'static str],
-    acl: &'static [&'static str],
-    first_key: i32,
-    group: &'static str,
-    summary: &'static str,
-    args: &'static [Arg],
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        cmd,
-        arity,
-        flags,
-        acl,
-        first_key,
-        group,
-        summary,
-        complexity: "O(log N)",
-        args,
-        subcommands: &[],
-    }
-}
+// Entries are written over these bases, naming only what differs.
 
-const SEMG: &str = "semaphore";
-const CONN: &str = "connection";
-const SRV: &str = "server";
-const TXN: &str = "transactions";
-const W: &[&str] = &["write", "fast"];
-const R: &[&str] = &["readonly", "fast"];
-const ACL_W: &[&str] = &["@write", "@semaphore", "@fast"];
-const ACL_R: &[&str] = &["@read", "@semaphore", "@fast"];
-const ACL_CONN: &[&str] = &["@fast", "@connection"];
-const ACL_ADMIN: &[&str] = &["@admin", "@slow", "@dangerous"];
-const CONNF: &[&str] = &["noscript", "loading", "stale", "fast"];
-/// Flags of the commands a client may send before it authenticates.
-const NO_AUTH_F: &[&str] = &[
-    "noscript",
-    "loading",
-    "stale",
-    "fast",
-    "no-auth",
-    "allow-busy",
-];
+/// The base of the bases. Its name, arity, group, summary and complexity are blank and its
+/// `cmd` is PING's, so an entry that forgets one of its own fails
+/// `entries_fill_in_their_own_fields`.
+const UNSET: CommandSpec = CommandSpec {
+    name: "",
+    cmd: Cmd::Ping,
+    arity: 0,
+    flags: Flags::of(&[]),
+    acl: AclCats::of(&[]),
+    first_key: 0,
+    group: "",
+    summary: "",
+    complexity: "",
+    args: &[],
+    subcommands: &[],
+};
+
+/// A namespace, semaphore or lease command that changes state. The namespace comes first.
+const ENGINE_WRITE: CommandSpec = CommandSpec {
+    flags: Flags::of(&[Flag::Write, Flag::Fast]),
+    acl: AclCats::of(&[AclCat::Write, AclCat::Semaphore, AclCat::Fast]),
+    first_key: 1,
+    group: "semaphore",
+    ..UNSET
+};
+
+/// A namespace, semaphore or lease command that reads one entity.
+const ENGINE_READ: CommandSpec = CommandSpec {
+    flags: Flags::of(&[Flag::Readonly, Flag::Fast]),
+    acl: AclCats::of(&[AclCat::Read, AclCat::Semaphore, AclCat::Fast]),
+    ..ENGINE_WRITE
+};
+
+/// A listing, one page at a time.
+const ENGINE_LISTING: CommandSpec = CommandSpec {
+    flags: Flags::of(&[Flag::Readonly]),
+    acl: AclCats::of(&[AclCat::Read, AclCat::Semaphore, AclCat::Slow]),
+    ..ENGINE_WRITE
+};
+
+const CONNECTION: CommandSpec = CommandSpec {
+    flags: Flags::of(&[Flag::Noscript, Flag::Loading, Flag::Stale, Flag::Fast]),
+    acl: AclCats::of(&[AclCat::Fast, AclCat::Connection]),
+    group: "connection",
+    complexity: "O(1)",
+    ..UNSET
+};
+
+/// The connection commands a client may send before it authenticates.
+const BEFORE_AUTH: CommandSpec = CommandSpec {
+    flags: Flags::of(&[
+        Flag::Noscript,
+        Flag::Loading,
+        Flag::Stale,
+        Flag::Fast,
+        Flag::NoAuth,
+        Flag::AllowBusy,
+    ]),
+    ..CONNECTION
+};
+
+const SERVER: CommandSpec = CommandSpec {
+    group: "server",
+    ..UNSET
+};
+
+const ADMIN: CommandSpec = CommandSpec {
+    flags: Flags::of(&[Flag::Admin, Flag::Noscript, Flag::Loading, Flag::Stale]),
+    acl: AclCats::of(&[AclCat::Admin, AclCat::Slow, AclCat::Dangerous]),
+    ..SERVER
+};
+
+/// `COMMAND` and its subcommands.
+const INTROSPECTION: CommandSpec = CommandSpec {
+    flags: Flags::of(&[Flag::Loading, Flag::Stale]),
+    acl: AclCats::of(&[AclCat::Slow, AclCat::Connection]),
+    ..SERVER
+};
+
+/// A command that only holds subcommands (`CLIENT`, `ACL`, `CONFIG`).
+const CONTAINER: CommandSpec = CommandSpec {
+    arity: -2,
+    acl: AclCats::of(&[AclCat::Slow]),
+    complexity: "Depends on subcommand.",
+    ..SERVER
+};
+
+const TRANSACTION: CommandSpec = CommandSpec {
+    arity: 1,
+    flags: Flags::of(&[
+        Flag::Noscript,
+        Flag::Loading,
+        Flag::Stale,
+        Flag::Fast,
+        Flag::AllowBusy,
+    ]),
+    acl: AclCats::of(&[AclCat::Fast, AclCat::Transaction]),
+    group: "transactions",
+    ..UNSET
+};
+
+const NO_CLIENT_CACHING: &str = "Not supported: permitd has no client-side caching.";
 
 static CLIENT_SUBS: &[CommandSpec] = &[
-    spec(
-        "client|id",
-        Cmd::ClientId,
-        2,
-        CONNF,
-        ACL_CONN,
-        0,
-        CONN,
-        "Returns the unique client ID of the connection.",
-        &[],
-    ),
-    spec(
-        "client|setname",
-        Cmd::ClientSetName,
-        3,
-        CONNF,
-        ACL_CONN,
-        0,
-        CONN,
-        "Sets the connection name.",
-        &[arg("connection-name", ArgType::String)],
-    ),
-    spec(
-        "client|getname",
-        Cmd::ClientGetName,
-        2,
-        CONNF,
-        ACL_CONN,
-        0,
-        CONN,
-        "Returns the name of the connection.",
-        &[],
-    ),
-    spec(
-        "client|setinfo",
-        Cmd::ClientSetInfo,
-        4,
-        CONNF,
-        ACL_CONN,
-        0,
-        CONN,
-        "Sets information specific to the client or connection.",
-        &[arg("attr", ArgType::String), arg("value", ArgType::String)],
-    ),
-    spec(
-        "client|info",
-        Cmd::ClientInfo,
-        2,
-        CONNF,
-        ACL_CONN,
-        0,
-        CONN,
-        "Returns information about the connection.",
-        &[],
-    ),
-    spec(
-        "client|list",
-        Cmd::ClientList,
-        -2,
-        &["admin", "noscript", "loading", "stale"],
-        ACL_ADMIN,
-        0,
-        CONN,
-        "Lists open connections.",
-        &[opt("client-id", ArgType::Integer, "ID")],
-    ),
-    spec(
-        "client|kill",
-        Cmd::ClientKill,
-        -3,
-        &["admin", "noscript", "loading", "stale"],
-        ACL_ADMIN,
-        0,
-        CONN,
-        "Terminates open connections.",
-        &[
+    CommandSpec {
+        name: "client|id",
+        cmd: Cmd::ClientId,
+        arity: 2,
+        summary: "Returns the unique client ID of the connection.",
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "client|setname",
+        cmd: Cmd::ClientSetName,
+        arity: 3,
+        summary: "Sets the connection name.",
+        args: &[arg("connection-name", ArgType::String)],
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "client|getname",
+        cmd: Cmd::ClientGetName,
+        arity: 2,
+        summary: "Returns the name of the connection.",
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "client|setinfo",
+        cmd: Cmd::ClientSetInfo,
+        arity: 4,
+        summary: "Sets information specific to the client or connection.",
+        args: &[arg("attr", ArgType::String), arg("value", ArgType::String)],
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "client|info",
+        cmd: Cmd::ClientInfo,
+        arity: 2,
+        summary: "Returns information about the connection.",
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "client|list",
+        cmd: Cmd::ClientList,
+        arity: -2,
+        group: "connection",
+        summary: "Lists open connections.",
+        complexity: "O(N), N the clients",
+        args: &[opt("client-id", ArgType::Integer, "ID")],
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "client|kill",
+        cmd: Cmd::ClientKill,
+        arity: -3,
+        group: "connection",
+        summary: "Terminates open connections.",
+        complexity: "O(N), N the clients",
+        args: &[
             opt("client-id", ArgType::Integer, "ID"),
             opt("ip:port", ArgType::String, "ADDR"),
             opt("username", ArgType::String, "USER"),
         ],
-    ),
-    spec(
-        "client|unblock",
-        Cmd::ClientUnblock,
-        -3,
-        &["admin", "noscript", "loading", "stale"],
-        ACL_ADMIN,
-        0,
-        CONN,
-        "Unblocks a client parked in SEM.ACQUIRE.",
-        &[
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "client|unblock",
+        cmd: Cmd::ClientUnblock,
+        arity: -3,
+        group: "connection",
+        summary: "Unblocks a client parked in SEM.ACQUIRE.",
+        complexity: "O(log N), N the clients",
+        args: &[
             arg("client-id", ArgType::Integer),
-            Arg {
-                name: "unblock-type",
-                kind: ArgType::OneOf,
-                token: None,
-                optional: true,
-                multiple: false,
-                args: &[token("timeout", "TIMEOUT"), token("error", "ERROR")],
-            },
+            one_of(
+                "unblock-type",
+                &[token("timeout", "TIMEOUT"), token("error", "ERROR")],
+            )
+            .optional(),
         ],
-    ),
-    spec(
-        "client|tracking",
-        Cmd::ClientUnsupported,
-        -3,
-        CONNF,
-        ACL_CONN,
-        0,
-        CONN,
-        "Not supported: permitd has no client-side caching.",
-        &[],
-    ),
-    spec(
-        "client|caching",
-        Cmd::ClientUnsupported,
-        3,
-        CONNF,
-        ACL_CONN,
-        0,
-        CONN,
-        "Not supported: permitd has no client-side caching.",
-        &[],
-    ),
-    spec(
-        "client|trackinginfo",
-        Cmd::ClientUnsupported,
-        2,
-        CONNF,
-        ACL_CONN,
-        0,
-        CONN,
-        "Not supported: permitd has no client-side caching.",
-        &[],
-    ),
-    spec(
-        "client|getredir",
-        Cmd::ClientUnsupported,
-        2,
-        CONNF,
-        ACL_CONN,
-        0,
-        CONN,
-        "Not supported: permitd has no client-side caching.",
-        &[],
-    ),
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "client|tracking",
+        cmd: Cmd::ClientUnsupported,
+        arity: -3,
+        summary: NO_CLIENT_CACHING,
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "client|caching",
+        cmd: Cmd::ClientUnsupported,
+        arity: 3,
+        summary: NO_CLIENT_CACHING,
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "client|trackinginfo",
+        cmd: Cmd::ClientUnsupported,
+        arity: 2,
+        summary: NO_CLIENT_CACHING,
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "client|getredir",
+        cmd: Cmd::ClientUnsupported,
+        arity: 2,
+        summary: NO_CLIENT_CACHING,
+        ..CONNECTION
+    },
 ];
 
 static COMMAND_SUBS: &[CommandSpec] = &[
-    spec(
-        "command|count",
-        Cmd::CommandCount,
-        2,
-        &["loading", "stale"],
-        &["@slow", "@connection"],
-        0,
-        SRV,
-        "Returns a count of commands.",
-        &[],
-    ),
-    spec(
-        "command|info",
-        Cmd::CommandInfo,
-        -2,
-        &["loading", "stale"],
-        &["@slow", "@connection"],
-        0,
-        SRV,
-        "Returns information about one, multiple or all commands.",
-        &[Arg {
-            name: "command-name",
-            kind: ArgType::String,
-            token: None,
-            optional: true,
-            multiple: true,
-            args: &[],
-        }],
-    ),
-    spec(
-        "command|docs",
-        Cmd::CommandDocs,
-        -2,
-        &["loading", "stale"],
-        &["@slow", "@connection"],
-        0,
-        SRV,
-        "Returns documentary information about one, multiple or all commands.",
-        &[Arg {
-            name: "command-name",
-            kind: ArgType::String,
-            token: None,
-            optional: true,
-            multiple: true,
-            args: &[],
-        }],
-    ),
-    spec(
-        "command|list",
-        Cmd::CommandList,
-        -2,
-        &["loading", "stale"],
-        &["@slow", "@connection"],
-        0,
-        SRV,
-        "Returns a list of command names.",
-        &[],
-    ),
-    spec(
-        "command|getkeys",
-        Cmd::CommandGetKeys,
-        -3,
-        &["loading", "stale"],
-        &["@slow", "@connection"],
-        0,
-        SRV,
-        "Extracts the key names from an arbitrary command.",
-        &[
+    CommandSpec {
+        name: "command|count",
+        cmd: Cmd::CommandCount,
+        arity: 2,
+        summary: "Returns a count of commands.",
+        complexity: "O(1)",
+        ..INTROSPECTION
+    },
+    CommandSpec {
+        name: "command|info",
+        cmd: Cmd::CommandInfo,
+        arity: -2,
+        summary: "Returns information about one, multiple or all commands.",
+        complexity: "O(N), N the commands",
+        args: COMMAND_NAMES,
+        ..INTROSPECTION
+    },
+    CommandSpec {
+        name: "command|docs",
+        cmd: Cmd::CommandDocs,
+        arity: -2,
+        summary: "Returns documentary information about one, multiple or all commands.",
+        complexity: "O(N), N the commands",
+        args: COMMAND_NAMES,
+        ..INTROSPECTION
+    },
+    CommandSpec {
+        name: "command|list",
+        cmd: Cmd::CommandList,
+        arity: -2,
+        summary: "Returns a list of command names.",
+        complexity: "O(N), N the commands",
+        ..INTROSPECTION
+    },
+    CommandSpec {
+        name: "command|getkeys",
+        cmd: Cmd::CommandGetKeys,
+        arity: -3,
+        summary: "Extracts the key names from an arbitrary command.",
+        complexity: "O(1)",
+        args: &[
             arg("command", ArgType::String),
-            Arg {
-                name: "arg",
-                kind: ArgType::String,
-                token: None,
-                optional: true,
-                multiple: true,
-                args: &[],
-            },
+            arg("arg", ArgType::String).optional().multiple(),
         ],
-    ),
+        ..INTROSPECTION
+    },
 ];
-
-const ADMINF: &[&str] = &["admin", "noscript", "loading", "stale"];
-const ACL_READ: &[&str] = &["@slow"];
 
 static ACL_SUBS: &[CommandSpec] = &[
-    spec("acl|setuser", Cmd::AclSetUser, -3, ADMINF, ACL_ADMIN, 0, SRV, "Creates or changes a user: on/off, >password, ~namespace-pattern, +@category, -command, ...", &[arg("username", ArgType::String), Arg { name: "rule", kind: ArgType::String, token: None, optional: true, multiple: true, args: &[] }]),
-    spec("acl|deluser", Cmd::AclDelUser, -3, ADMINF, ACL_ADMIN, 0, SRV, "Deletes users.", &[Arg { name: "username", kind: ArgType::String, token: None, optional: false, multiple: true, args: &[] }]),
-    spec("acl|list", Cmd::AclList, 2, ADMINF, ACL_ADMIN, 0, SRV, "Lists the users and their rules.", &[]),
-    spec("acl|users", Cmd::AclUsers, 2, ADMINF, ACL_ADMIN, 0, SRV, "Lists the user names.", &[]),
-    spec("acl|whoami", Cmd::AclWhoami, 2, &["noscript", "loading", "stale"], ACL_READ, 0, SRV, "Returns the user of the connection.", &[]),
-    spec("acl|cat", Cmd::AclCat, -2, &["noscript", "loading", "stale"], ACL_READ, 0, SRV, "Lists the categories, or the commands of one.", &[Arg { name: "category", kind: ArgType::String, token: None, optional: true, multiple: false, args: &[] }]),
-    spec("acl|load", Cmd::AclLoad, 2, ADMINF, ACL_ADMIN, 0, SRV, "Reloads the users from the ACL file.", &[]),
-    spec("acl|save", Cmd::AclSave, 2, ADMINF, ACL_ADMIN, 0, SRV, "Writes the users to the ACL file.", &[]),
+    CommandSpec {
+        name: "acl|setuser",
+        cmd: Cmd::AclSetUser,
+        arity: -3,
+        summary: "Creates or changes a user: on/off, >password, ~namespace-pattern, +@category, \
+                  -command, ...",
+        complexity: "O(N), N the rules",
+        args: &[
+            arg("username", ArgType::String),
+            arg("rule", ArgType::String).optional().multiple(),
+        ],
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "acl|deluser",
+        cmd: Cmd::AclDelUser,
+        arity: -3,
+        summary: "Deletes users.",
+        complexity: "O(N), N the clients (a deleted user's are closed)",
+        args: &[arg("username", ArgType::String).multiple()],
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "acl|list",
+        cmd: Cmd::AclList,
+        arity: 2,
+        summary: "Lists the users and their rules.",
+        complexity: "O(N), N the users",
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "acl|users",
+        cmd: Cmd::AclUsers,
+        arity: 2,
+        summary: "Lists the user names.",
+        complexity: "O(N), N the users",
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "acl|whoami",
+        cmd: Cmd::AclWhoami,
+        arity: 2,
+        flags: Flags::of(&[Flag::Noscript, Flag::Loading, Flag::Stale]),
+        acl: AclCats::of(&[AclCat::Slow]),
+        summary: "Returns the user of the connection.",
+        complexity: "O(1)",
+        ..SERVER
+    },
+    CommandSpec {
+        name: "acl|cat",
+        cmd: Cmd::AclCat,
+        arity: -2,
+        flags: Flags::of(&[Flag::Noscript, Flag::Loading, Flag::Stale]),
+        acl: AclCats::of(&[AclCat::Slow]),
+        summary: "Lists the categories, or the commands of one.",
+        complexity: "O(1)",
+        args: &[arg("category", ArgType::String).optional()],
+        ..SERVER
+    },
+    CommandSpec {
+        name: "acl|load",
+        cmd: Cmd::AclLoad,
+        arity: 2,
+        summary: "Reloads the users from the ACL file.",
+        complexity: "O(N), N the users in the file",
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "acl|save",
+        cmd: Cmd::AclSave,
+        arity: 2,
+        summary: "Writes the users to the ACL file.",
+        complexity: "O(N), N the users",
+        ..ADMIN
+    },
 ];
 
-static CONFIG_SUBS: &[CommandSpec] = &[spec(
-    "config|get",
-    Cmd::ConfigGet,
-    -3,
-    &["admin", "noscript", "loading", "stale"],
-    ACL_ADMIN,
-    0,
-    SRV,
-    "Returns the effective values of server options.",
-    &[Arg {
-        name: "parameter",
-        kind: ArgType::String,
-        token: None,
-        optional: false,
-        multiple: true,
-        args: &[],
-    }],
-)];
+static CONFIG_SUBS: &[CommandSpec] = &[CommandSpec {
+    name: "config|get",
+    cmd: Cmd::ConfigGet,
+    arity: -3,
+    summary: "Returns the effective values of server options.",
+    complexity: "O(N), N the options",
+    args: &[arg("parameter", ArgType::String).multiple()],
+    ..ADMIN
+}];
 
 /// Every command, in the order the docs list them.
 pub static COMMANDS: &[CommandSpec] = &[
-    spec(
-        "ns.create",
-        Cmd::NsCreate,
-        -2,
-        W,
-        ACL_W,
-        1,
-        SEMG,
-        "Creates a namespace.",
-        &[NS, DESC, META],
-    ),
-    spec(
-        "ns.get",
-        Cmd::NsGet,
-        2,
-        R,
-        ACL_R,
-        1,
-        SEMG,
-        "Returns a namespace.",
-        &[NS],
-    ),
-    spec(
-        "ns.list",
-        Cmd::NsList,
-        -1,
-        &["readonly"],
-        &["@read", "@semaphore", "@slow"],
-        0,
-        SEMG,
-        "Lists namespaces in name order, one page at a time.",
-        &[CURSOR, LIMIT],
-    ),
-    spec(
-        "ns.update",
-        Cmd::NsUpdate,
-        -4,
-        W,
-        ACL_W,
-        1,
-        SEMG,
-        "Replaces a namespace's description and metadata if its version matches.",
-        &[NS, VERSION, DESC, META],
-    ),
-    spec(
-        "ns.delete",
-        Cmd::NsDelete,
-        2,
-        &["write"],
-        &["@write", "@semaphore", "@slow", "@dangerous"],
-        1,
-        SEMG,
-        "Deletes a namespace and everything in it.",
-        &[NS],
-    ),
-    spec(
-        "sem.create",
-        Cmd::SemCreate,
-        -4,
-        W,
-        ACL_W,
-        1,
-        SEMG,
-        "Creates a semaphore with a number of permits.",
-        &[NS, SEM, arg("permits", ArgType::Integer), DESC, META],
-    ),
-    spec(
-        "sem.get",
-        Cmd::SemGet,
-        3,
-        R,
-        ACL_R,
-        1,
-        SEMG,
-        "Returns a semaphore.",
-        &[NS, SEM],
-    ),
-    spec(
-        "sem.list",
-        Cmd::SemList,
-        -2,
-        &["readonly"],
-        &["@read", "@semaphore", "@slow"],
-        1,
-        SEMG,
-        "Lists a namespace's semaphores in name order, one page at a time.",
-        &[NS, CURSOR, LIMIT],
-    ),
-    spec(
-        "sem.update",
-        Cmd::SemUpdate,
-        -6,
-        W,
-        ACL_W,
-        1,
-        SEMG,
-        "Changes a semaphore's permits, description and metadata if its version matches.",
-        &[
+    CommandSpec {
+        name: "ns.create",
+        cmd: Cmd::NsCreate,
+        arity: -2,
+        summary: "Creates a namespace.",
+        complexity: "O(log N)",
+        args: &[NS, DESC, META],
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "ns.get",
+        cmd: Cmd::NsGet,
+        arity: 2,
+        summary: "Returns a namespace.",
+        complexity: "O(log N)",
+        args: &[NS],
+        ..ENGINE_READ
+    },
+    CommandSpec {
+        name: "ns.list",
+        cmd: Cmd::NsList,
+        arity: -1,
+        first_key: 0,
+        summary: "Lists namespaces in name order, one page at a time.",
+        complexity: "O(log N + M) per shard, M the page size; O(N) for a user with ~patterns",
+        args: &[CURSOR, LIMIT],
+        ..ENGINE_LISTING
+    },
+    CommandSpec {
+        name: "ns.update",
+        cmd: Cmd::NsUpdate,
+        arity: -4,
+        summary: "Replaces a namespace's description and metadata if its version matches.",
+        complexity: "O(log N)",
+        args: &[NS, VERSION, DESC, META],
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "ns.delete",
+        cmd: Cmd::NsDelete,
+        arity: 2,
+        flags: Flags::of(&[Flag::Write]),
+        acl: AclCats::of(&[
+            AclCat::Write,
+            AclCat::Semaphore,
+            AclCat::Slow,
+            AclCat::Dangerous,
+        ]),
+        summary: "Deletes a namespace and everything in it.",
+        complexity: "O(N), N what the namespace holds",
+        args: &[NS],
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "sem.create",
+        cmd: Cmd::SemCreate,
+        arity: -4,
+        summary: "Creates a semaphore with a number of permits.",
+        complexity: "O(log N)",
+        args: &[NS, SEM, arg("permits", ArgType::Integer), DESC, META],
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "sem.get",
+        cmd: Cmd::SemGet,
+        arity: 3,
+        summary: "Returns a semaphore.",
+        complexity: "O(log N)",
+        args: &[NS, SEM],
+        ..ENGINE_READ
+    },
+    CommandSpec {
+        name: "sem.list",
+        cmd: Cmd::SemList,
+        arity: -2,
+        summary: "Lists a namespace's semaphores in name order, one page at a time.",
+        complexity: "O(log N + M), M the page size",
+        args: &[NS, CURSOR, LIMIT],
+        ..ENGINE_LISTING
+    },
+    CommandSpec {
+        name: "sem.update",
+        cmd: Cmd::SemUpdate,
+        arity: -6,
+        summary: "Changes a semaphore's permits, description and metadata if its version matches.",
+        complexity: "O(log N + W), W its parked acquires",
+        args: &[
             NS,
             SEM,
             arg("permits", ArgType::Integer),
@@ -625,28 +675,26 @@ pub static COMMANDS: &[CommandSpec] = &[
             DESC,
             META,
         ],
-    ),
-    spec(
-        "sem.delete",
-        Cmd::SemDelete,
-        3,
-        W,
-        ACL_W,
-        1,
-        SEMG,
-        "Deletes a semaphore; its parked acquires end with NOTFOUND.",
-        &[NS, SEM],
-    ),
-    spec(
-        "sem.acquire",
-        Cmd::SemAcquire,
-        -6,
-        &["write", "blocking"],
-        &["@write", "@semaphore", "@blocking"],
-        1,
-        SEMG,
-        "Acquires weight permits under a lease, waiting up to timeout seconds (FIFO).",
-        &[
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "sem.delete",
+        cmd: Cmd::SemDelete,
+        arity: 3,
+        summary: "Deletes a semaphore; its parked acquires end with NOTFOUND.",
+        complexity: "O(log N + H + W), H its holders, W its parked acquires",
+        args: &[NS, SEM],
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "sem.acquire",
+        cmd: Cmd::SemAcquire,
+        arity: -6,
+        flags: Flags::of(&[Flag::Write, Flag::Blocking]),
+        acl: AclCats::of(&[AclCat::Write, AclCat::Semaphore, AclCat::Blocking]),
+        summary: "Acquires weight permits under a lease, waiting up to timeout seconds (FIFO).",
+        complexity: "O(log N + K), K the parked acquires a smaller hold lets in",
+        args: &[
             NS,
             SEM,
             LEASE,
@@ -654,341 +702,249 @@ pub static COMMANDS: &[CommandSpec] = &[
             arg("timeout", ArgType::Double),
             META,
         ],
-    ),
-    spec(
-        "sem.release",
-        Cmd::SemRelease,
-        4,
-        W,
-        ACL_W,
-        1,
-        SEMG,
-        "Releases a lease's hold on a semaphore.",
-        &[NS, SEM, LEASE],
-    ),
-    spec(
-        "sem.holders",
-        Cmd::SemHolders,
-        -3,
-        &["readonly"],
-        &["@read", "@semaphore", "@slow"],
-        1,
-        SEMG,
-        "Lists a semaphore's holders, oldest first, one page at a time.",
-        &[NS, SEM, CURSOR, LIMIT],
-    ),
-    spec(
-        "lease.create",
-        Cmd::LeaseCreate,
-        -4,
-        W,
-        ACL_W,
-        1,
-        SEMG,
-        "Creates a lease that lives ttl seconds unless refreshed.",
-        &[
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "sem.release",
+        cmd: Cmd::SemRelease,
+        arity: 4,
+        summary: "Releases a lease's hold on a semaphore.",
+        complexity: "O(log N + K), K the parked acquires it lets in",
+        args: &[NS, SEM, LEASE],
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "sem.holders",
+        cmd: Cmd::SemHolders,
+        arity: -3,
+        summary: "Lists a semaphore's holders, oldest first, one page at a time.",
+        complexity: "O(log N + M), M the page size",
+        args: &[NS, SEM, CURSOR, LIMIT],
+        ..ENGINE_LISTING
+    },
+    CommandSpec {
+        name: "lease.create",
+        cmd: Cmd::LeaseCreate,
+        arity: -4,
+        summary: "Creates a lease that lives ttl seconds unless refreshed.",
+        complexity: "O(log N)",
+        args: &[
             NS,
             arg("process-id", ArgType::String),
             arg("ttl", ArgType::Integer),
             META,
         ],
-    ),
-    spec(
-        "lease.get",
-        Cmd::LeaseGet,
-        3,
-        R,
-        ACL_R,
-        1,
-        SEMG,
-        "Returns a live lease.",
-        &[NS, LEASE],
-    ),
-    spec(
-        "lease.list",
-        Cmd::LeaseList,
-        -2,
-        &["readonly"],
-        &["@read", "@semaphore", "@slow"],
-        1,
-        SEMG,
-        "Lists a namespace's live leases in creation order, one page at a time.",
-        &[
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "lease.get",
+        cmd: Cmd::LeaseGet,
+        arity: 3,
+        summary: "Returns a live lease.",
+        complexity: "O(log N)",
+        args: &[NS, LEASE],
+        ..ENGINE_READ
+    },
+    CommandSpec {
+        name: "lease.list",
+        cmd: Cmd::LeaseList,
+        arity: -2,
+        summary: "Lists a namespace's live leases in creation order, one page at a time.",
+        complexity: "O(log N + M), M the page size; O(N) with PROCESS",
+        args: &[
             NS,
             opt("process-id", ArgType::String, "PROCESS"),
             CURSOR,
             LIMIT,
         ],
-    ),
-    spec(
-        "lease.refresh",
-        Cmd::LeaseRefresh,
-        4,
-        W,
-        ACL_W,
-        1,
-        SEMG,
-        "Extends a live lease to now + ttl, with all its holds.",
-        &[NS, LEASE, arg("ttl", ArgType::Integer)],
-    ),
-    spec(
-        "lease.revoke",
-        Cmd::LeaseRevoke,
-        3,
-        W,
-        ACL_W,
-        1,
-        SEMG,
-        "Releases every hold of a lease and deletes it.",
-        &[NS, LEASE],
-    ),
-    spec(
-        "ping",
-        Cmd::Ping,
-        -1,
-        &["fast", "stale"],
-        &["@fast", "@connection"],
-        0,
-        CONN,
-        "Returns the server's liveliness response.",
-        &[Arg {
-            name: "message",
-            kind: ArgType::String,
-            token: None,
-            optional: true,
-            multiple: false,
-            args: &[],
-        }],
-    ),
-    spec(
-        "echo",
-        Cmd::Echo,
-        2,
-        &["fast", "loading", "stale"],
-        &["@fast", "@connection"],
-        0,
-        CONN,
-        "Returns the given string.",
-        &[arg("message", ArgType::String)],
-    ),
-    spec(
-        "quit",
-        Cmd::Quit,
-        -1,
-        NO_AUTH_F,
-        &["@fast", "@connection"],
-        0,
-        CONN,
-        "Closes the connection.",
-        &[],
-    ),
-    spec(
-        "reset",
-        Cmd::Reset,
-        1,
-        NO_AUTH_F,
-        &["@fast", "@connection"],
-        0,
-        CONN,
-        "Resets the connection.",
-        &[],
-    ),
-    spec(
-        "select",
-        Cmd::Select,
-        2,
-        &["loading", "stale", "fast"],
-        &["@fast", "@connection"],
-        0,
-        CONN,
-        "Changes the selected database (only 0 exists).",
-        &[arg("index", ArgType::Integer)],
-    ),
-    spec(
-        "auth",
-        Cmd::Auth,
-        -2,
-        NO_AUTH_F,
-        &["@fast", "@connection"],
-        0,
-        CONN,
-        "Authenticates the connection.",
-        &[
-            Arg {
-                name: "username",
-                kind: ArgType::String,
-                token: None,
-                optional: true,
-                multiple: false,
-                args: &[],
-            },
+        ..ENGINE_LISTING
+    },
+    CommandSpec {
+        name: "lease.refresh",
+        cmd: Cmd::LeaseRefresh,
+        arity: 4,
+        summary: "Extends a live lease to now + ttl, with all its holds.",
+        complexity: "O(log N)",
+        args: &[NS, LEASE, arg("ttl", ArgType::Integer)],
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "lease.revoke",
+        cmd: Cmd::LeaseRevoke,
+        arity: 3,
+        summary: "Releases every hold of a lease and deletes it.",
+        complexity: "O(H log N + K), H its holds and parked acquires, K the acquires it lets in",
+        args: &[NS, LEASE],
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "ping",
+        cmd: Cmd::Ping,
+        arity: -1,
+        flags: Flags::of(&[Flag::Fast, Flag::Stale]),
+        summary: "Returns the server's liveliness response.",
+        args: &[arg("message", ArgType::String).optional()],
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "echo",
+        cmd: Cmd::Echo,
+        arity: 2,
+        flags: Flags::of(&[Flag::Fast, Flag::Loading, Flag::Stale]),
+        summary: "Returns the given string.",
+        args: &[arg("message", ArgType::String)],
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "quit",
+        cmd: Cmd::Quit,
+        arity: -1,
+        summary: "Closes the connection.",
+        ..BEFORE_AUTH
+    },
+    CommandSpec {
+        name: "reset",
+        cmd: Cmd::Reset,
+        arity: 1,
+        summary: "Resets the connection.",
+        ..BEFORE_AUTH
+    },
+    CommandSpec {
+        name: "select",
+        cmd: Cmd::Select,
+        arity: 2,
+        flags: Flags::of(&[Flag::Loading, Flag::Stale, Flag::Fast]),
+        summary: "Changes the selected database (only 0 exists).",
+        args: &[arg("index", ArgType::Integer)],
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "auth",
+        cmd: Cmd::Auth,
+        arity: -2,
+        summary: "Authenticates the connection.",
+        args: &[
+            arg("username", ArgType::String).optional(),
             arg("password", ArgType::String),
         ],
-    ),
-    spec(
-        "hello",
-        Cmd::Hello,
-        -1,
-        NO_AUTH_F,
-        &["@fast", "@connection"],
-        0,
-        CONN,
-        "Handshakes with the server: protocol version, authentication, name.",
-        &[Arg {
-            name: "arguments",
-            kind: ArgType::Block,
-            token: None,
-            optional: true,
-            multiple: false,
-            args: &[
+        ..BEFORE_AUTH
+    },
+    CommandSpec {
+        name: "hello",
+        cmd: Cmd::Hello,
+        arity: -1,
+        summary: "Handshakes with the server: protocol version, authentication, name.",
+        args: &[block(
+            "arguments",
+            &[
                 arg("protover", ArgType::Integer),
                 Arg {
-                    name: "auth",
-                    kind: ArgType::Block,
                     token: Some("AUTH"),
-                    optional: true,
-                    multiple: false,
-                    args: &[
-                        arg("username", ArgType::String),
-                        arg("password", ArgType::String),
-                    ],
-                },
+                    ..block(
+                        "auth",
+                        &[
+                            arg("username", ArgType::String),
+                            arg("password", ArgType::String),
+                        ],
+                    )
+                }
+                .optional(),
                 opt("clientname", ArgType::String, "SETNAME"),
             ],
-        }],
-    ),
+        )
+        .optional()],
+        ..BEFORE_AUTH
+    },
     CommandSpec {
+        name: "client",
+        cmd: Cmd::Client,
+        group: "connection",
+        summary: "A container for client connection commands.",
         subcommands: CLIENT_SUBS,
-        ..spec(
-            "client",
-            Cmd::Client,
-            -2,
-            &[],
-            &["@slow"],
-            0,
-            CONN,
-            "A container for client connection commands.",
-            &[],
-        )
+        ..CONTAINER
     },
     CommandSpec {
+        name: "command",
+        cmd: Cmd::Command,
+        arity: -1,
+        summary: "Returns detailed information about all commands.",
+        complexity: "O(N), N the commands",
         subcommands: COMMAND_SUBS,
-        ..spec(
-            "command",
-            Cmd::Command,
-            -1,
-            &["loading", "stale"],
-            &["@slow", "@connection"],
-            0,
-            SRV,
-            "Returns detailed information about all commands.",
-            &[],
-        )
+        ..INTROSPECTION
     },
-    spec(
-        "info",
-        Cmd::Info,
-        -1,
-        &["loading", "stale"],
-        &["@slow", "@dangerous"],
-        0,
-        SRV,
-        "Returns information and statistics about the server.",
-        &[Arg {
-            name: "section",
-            kind: ArgType::String,
-            token: None,
-            optional: true,
-            multiple: true,
-            args: &[],
-        }],
-    ),
     CommandSpec {
+        name: "info",
+        cmd: Cmd::Info,
+        arity: -1,
+        acl: AclCats::of(&[AclCat::Slow, AclCat::Dangerous]),
+        summary: "Returns information and statistics about the server.",
+        complexity: "O(N), N the namespaces and semaphores",
+        args: &[arg("section", ArgType::String).optional().multiple()],
+        ..INTROSPECTION
+    },
+    CommandSpec {
+        name: "acl",
+        cmd: Cmd::Acl,
+        summary: "A container for access control commands.",
         subcommands: ACL_SUBS,
-        ..spec(
-            "acl",
-            Cmd::Acl,
-            -2,
-            &[],
-            &["@slow"],
-            0,
-            SRV,
-            "A container for access control commands.",
-            &[],
-        )
+        ..CONTAINER
     },
     CommandSpec {
+        name: "config",
+        cmd: Cmd::Config,
+        summary: "A container for server configuration commands.",
         subcommands: CONFIG_SUBS,
-        ..spec(
-            "config",
-            Cmd::Config,
-            -2,
-            &[],
-            &["@slow"],
-            0,
-            SRV,
-            "A container for server configuration commands.",
-            &[],
-        )
+        ..CONTAINER
     },
-    spec(
-        "shutdown",
-        Cmd::Shutdown,
-        -1,
-        &[
-            "admin",
-            "noscript",
-            "loading",
-            "stale",
-            "no-multi",
-            "allow-busy",
-        ],
-        ACL_ADMIN,
-        0,
-        SRV,
-        "Stops the server after flushing its state.",
-        &[Arg {
-            name: "save-selector",
-            kind: ArgType::OneOf,
-            token: None,
-            optional: true,
-            multiple: false,
-            args: &[token("nosave", "NOSAVE"), token("save", "SAVE")],
-        }],
-    ),
-    spec(
-        "multi",
-        Cmd::Multi,
-        1,
-        &["noscript", "loading", "stale", "fast", "allow-busy"],
-        &["@fast", "@transaction"],
-        0,
-        TXN,
-        "Starts a transaction (one namespace).",
-        &[],
-    ),
-    spec(
-        "exec",
-        Cmd::Exec,
-        1,
-        &["noscript", "loading", "stale", "skip-slowlog"],
-        &["@slow", "@transaction"],
-        0,
-        TXN,
-        "Executes all commands of a transaction atomically.",
-        &[],
-    ),
-    spec(
-        "discard",
-        Cmd::Discard,
-        1,
-        &["noscript", "loading", "stale", "fast", "allow-busy"],
-        &["@fast", "@transaction"],
-        0,
-        TXN,
-        "Discards a transaction.",
-        &[],
-    ),
+    CommandSpec {
+        name: "shutdown",
+        cmd: Cmd::Shutdown,
+        arity: -1,
+        flags: Flags::of(&[
+            Flag::Admin,
+            Flag::Noscript,
+            Flag::Loading,
+            Flag::Stale,
+            Flag::NoMulti,
+            Flag::AllowBusy,
+        ]),
+        summary: "Stops the server after flushing its state.",
+        complexity: "O(N), N the changes not yet on disk",
+        args: &[one_of(
+            "save-selector",
+            &[token("nosave", "NOSAVE"), token("save", "SAVE")],
+        )
+        .optional()],
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "multi",
+        cmd: Cmd::Multi,
+        summary: "Starts a transaction (one namespace).",
+        complexity: "O(1)",
+        ..TRANSACTION
+    },
+    CommandSpec {
+        name: "exec",
+        cmd: Cmd::Exec,
+        flags: Flags::of(&[
+            Flag::Noscript,
+            Flag::Loading,
+            Flag::Stale,
+            Flag::SkipSlowlog,
+        ]),
+        acl: AclCats::of(&[AclCat::Slow, AclCat::Transaction]),
+        summary: "Executes all commands of a transaction atomically.",
+        complexity: "Depends on the queued commands.",
+        ..TRANSACTION
+    },
+    CommandSpec {
+        name: "discard",
+        cmd: Cmd::Discard,
+        summary: "Discards a transaction.",
+        complexity: "O(N), N the queued commands",
+        ..TRANSACTION
+    },
 ];
 
 /// Finds a top-level command by name, any case.
@@ -996,6 +952,13 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     COMMANDS
         .iter()
         .find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Every command and subcommand, each container before its subcommands.
+pub fn all_specs() -> impl Iterator<Item = &'static CommandSpec> {
+    COMMANDS
+        .iter()
+        .flat_map(|c| std::iter::once(c).chain(c.subcommands))
 }
 
 /// Finds a command or `container|sub` by its full name, any case.
@@ -1026,11 +989,6 @@ impl CommandSpec {
         self.subcommands
             .iter()
             .find(|s| s.name.as_bytes()[prefix_len..].eq_ignore_ascii_case(word))
-    }
-
-    /// Whether the command changes state.
-    pub fn is_write(&self) -> bool {
-        self.flags.contains(&"write")
     }
 
     /// A usage line, e.g. `SEM.ACQUIRE namespace semaphore lease weight timeout [META key value ...]`.
@@ -1104,6 +1062,32 @@ mod tests {
             Cmd::ClientUnblock
         );
         assert!(lookup(b"nosuch").is_none());
+    }
+
+    #[test]
+    fn entries_fill_in_their_own_fields() {
+        let mut names = std::collections::HashSet::new();
+        let mut cmds = std::collections::HashSet::new();
+        for c in COMMANDS {
+            for s in c.subcommands {
+                assert!(s.name.starts_with(&format!("{}|", c.name)), "{}", s.name);
+            }
+        }
+        for s in all_specs() {
+            assert!(
+                names.insert(s.name) && !s.name.is_empty(),
+                "name {:?}",
+                s.name
+            );
+            assert!(s.arity != 0, "{}: arity", s.name);
+            assert!(!s.summary.is_empty(), "{}: summary", s.name);
+            assert!(!s.complexity.is_empty(), "{}: complexity", s.name);
+            assert!(!s.group.is_empty(), "{}: group", s.name);
+            // Only the unsupported CLIENT subcommands share a handler.
+            if s.cmd != Cmd::ClientUnsupported {
+                assert!(cmds.insert(s.cmd), "{}: {:?} twice", s.name, s.cmd);
+            }
+        }
     }
 
     #[test]

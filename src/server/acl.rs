@@ -9,22 +9,24 @@ use std::sync::{Arc, PoisonError, RwLock};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use crate::command::table::{CommandSpec, COMMANDS};
+use crate::command::table::{self, AclCat, CommandSpec};
 use crate::error::Error;
 
 /// What an allow/deny rule names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Target {
-    /// A category (`@read`, `@all`, ...), without the `@`.
-    Category(String),
-    /// A command (`sem.get`) or subcommand (`client|list`).
+    /// `@all`: every command, whatever its categories.
+    All,
+    /// A category (`@read`, ...).
+    Category(AclCat),
+    /// A command (`sem.get`), with its subcommands, or one subcommand (`client|list`).
     Command(String),
 }
 
-/// One user.
+/// A user: whether it may log in and with which passwords, and what it may run and touch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
-    /// Name.
+    /// What AUTH and `ACL SETUSER` name it by.
     pub name: String,
     enabled: bool,
     nopass: bool,
@@ -80,7 +82,7 @@ impl User {
             Some(p) => u.passwords.push(sha256(p.as_bytes())),
             None => u.nopass = true,
         }
-        u.rules.push((true, Target::Category("all".into())));
+        u.rules.push((true, Target::All));
         u.patterns.push(Bytes::from_static(b"*"));
         u
     }
@@ -111,7 +113,8 @@ impl User {
         let mut allowed = false;
         for (allow, target) in &self.rules {
             let hit = match target {
-                Target::Category(c) => c == "all" || spec.acl.iter().any(|a| a[1..] == **c),
+                Target::All => true,
+                Target::Category(c) => spec.acl.has(*c),
                 Target::Command(c) => c == spec.name || c == container,
             };
             if hit {
@@ -154,7 +157,7 @@ impl User {
             }
             "allkeys" => self.patterns = vec![Bytes::from_static(b"*")],
             "resetkeys" => self.patterns.clear(),
-            "allcommands" => self.rules = vec![(true, Target::Category("all".into()))],
+            "allcommands" => self.rules = vec![(true, Target::All)],
             "nocommands" => self.rules.clear(),
             "reset" => *self = User::new(&self.name),
             _ => match rule.as_bytes().first().copied().unwrap_or(0) {
@@ -181,10 +184,8 @@ impl User {
                     let allow = rule.starts_with('+');
                     let what = &lower[1..];
                     let target = match what.strip_prefix('@') {
-                        Some(cat) if cat == "all" || categories().iter().any(|c| c == cat) => {
-                            Target::Category(cat.to_string())
-                        }
-                        Some(_) => return Err(bad()),
+                        Some("all") => Target::All,
+                        Some(name) => Target::Category(category(name).ok_or_else(bad)?),
                         None if known_command(what) => Target::Command(what.to_string()),
                         None => return Err(bad()),
                     };
@@ -218,7 +219,8 @@ impl User {
         for (allow, t) in &self.rules {
             let sign = if *allow { '+' } else { '-' };
             match t {
-                Target::Category(c) => s.push_str(&format!(" {sign}@{c}")),
+                Target::All => s.push_str(&format!(" {sign}@all")),
+                Target::Category(c) => s.push_str(&format!(" {sign}{}", c.as_str())),
                 Target::Command(c) => s.push_str(&format!(" {sign}{c}")),
             }
         }
@@ -227,32 +229,39 @@ impl User {
 }
 
 fn known_command(name: &str) -> bool {
-    crate::command::table::lookup_full(name.as_bytes()).is_some()
+    table::lookup_full(name.as_bytes()).is_some()
 }
 
-/// Every ACL category the commands use, without `@`, sorted.
-pub fn categories() -> Vec<String> {
-    let mut cats: Vec<String> = COMMANDS
-        .iter()
-        .flat_map(|c| c.acl.iter().chain(c.subcommands.iter().flat_map(|s| s.acl)))
-        .map(|a| a[1..].to_string())
-        .collect();
-    cats.sort();
+/// The categories some command is in, in name order: those `ACL CAT` lists and rules may name.
+fn used_categories() -> Vec<AclCat> {
+    let mut cats: Vec<AclCat> = table::all_specs().flat_map(|s| s.acl.iter()).collect();
+    cats.sort_by_key(|c| c.name());
     cats.dedup();
     cats
 }
 
-/// Commands (and subcommands) in a category.
-pub fn commands_in(category: &str) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    for c in COMMANDS {
-        for spec in std::iter::once(c).chain(c.subcommands.iter()) {
-            if spec.acl.iter().any(|a| a[1..] == *category) {
-                out.push(spec.name);
-            }
-        }
-    }
-    out
+/// The category `name` (without `@`), if a command is in it.
+fn category(name: &str) -> Option<AclCat> {
+    used_categories().into_iter().find(|c| c.name() == name)
+}
+
+/// `ACL CAT`: the names of the categories, sorted.
+pub fn categories() -> Vec<String> {
+    used_categories()
+        .into_iter()
+        .map(|c| c.name().to_string())
+        .collect()
+}
+
+/// `ACL CAT category`: the commands and subcommands in it, in table order.
+pub fn commands_in(name: &str) -> Vec<&'static str> {
+    let Some(cat) = category(name) else {
+        return Vec::new();
+    };
+    table::all_specs()
+        .filter(|s| s.acl.has(cat))
+        .map(|s| s.name)
+        .collect()
 }
 
 /// All users; changes bump a version that connections check before each command.
@@ -334,7 +343,8 @@ impl Acl {
         self.version.load(Ordering::Acquire)
     }
 
-    /// A user by name.
+    /// The user `name` as it is now; a later change replaces it for the connections that look
+    /// it up again, as they do when [`Acl::version`] moves.
     pub fn get(&self, name: &str) -> Option<Arc<User>> {
         self.users
             .read()
@@ -369,7 +379,7 @@ impl Acl {
         Ok(removed)
     }
 
-    /// `ACL LIST` lines.
+    /// `ACL LIST`: one line per user, in name order.
     pub fn list(&self) -> Vec<String> {
         self.users
             .read()
@@ -379,7 +389,7 @@ impl Acl {
             .collect()
     }
 
-    /// `ACL USERS`.
+    /// `ACL USERS`: the user names, sorted.
     pub fn names(&self) -> Vec<String> {
         self.users
             .read()

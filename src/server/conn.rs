@@ -420,7 +420,7 @@ impl<S: Transport> Conn<S> {
             Err(e) => return self.reject(e, true).await,
         };
         self.client.touch(spec.name);
-        if !spec.flags.contains(&"no-auth") {
+        if !spec.flags.has(command::table::Flag::NoAuth) {
             let denied = match self.current_user() {
                 None => Some(Error::NoAuth("Authentication required.".into())),
                 Some(user) => check_permissions(user, spec, &argv).err(),
@@ -436,7 +436,7 @@ impl<S: Transport> Conn<S> {
             Cmd::Quit | Cmd::Reset => {}
             _ => {
                 if let Some(m) = &mut self.multi {
-                    if spec.flags.contains(&"no-multi") {
+                    if spec.flags.has(command::table::Flag::NoMulti) {
                         m.dirty = true;
                         self.push(Reply::Error(Error::Err(
                             "Command not allowed inside a transaction".into(),
