@@ -109,6 +109,10 @@ pub enum Request {
     AclSave,
     /// `SHUTDOWN [NOSAVE|SAVE]`.
     Shutdown,
+    /// `DEBUG PANIC`: crashes the server (with `--enable-debug-command`).
+    DebugPanic,
+    /// `DEBUG HELP`.
+    DebugHelp,
     /// `MULTI`.
     Multi,
     /// `EXEC`.
@@ -436,6 +440,16 @@ fn parse_surface(cmd: Cmd, a: &[Bytes]) -> Result<Request, Error> {
             }
             Request::Shutdown
         }
+        Cmd::Debug => match (a.len(), &a[1]) {
+            (2, w) if w.eq_ignore_ascii_case(b"panic") => Request::DebugPanic,
+            (2, w) if w.eq_ignore_ascii_case(b"help") => Request::DebugHelp,
+            _ => {
+                return Err(Error::Err(format!(
+                    "unknown subcommand or wrong number of arguments for '{}'. Try DEBUG HELP.",
+                    String::from_utf8_lossy(&a[1][..a[1].len().min(128)])
+                )))
+            }
+        },
         Cmd::Multi => Request::Multi,
         Cmd::Exec => Request::Exec,
         Cmd::Discard => Request::Discard,

@@ -1,6 +1,6 @@
 //! What a connection's requests do, in the order Redis's `processCommand` checks them: find the
-//! command, check that the user may run it, queue it inside MULTI, parse it, then run it where
-//! it belongs:
+//! command, refuse DEBUG unless enabled, check that the user may run it, queue it inside MULTI,
+//! parse it, then run it where it belongs:
 //!
 //! - an engine command on its namespace's shard: inline when that is this thread's shard, else
 //!   sent to the other thread; consecutive non-blocking commands for one other shard travel as
@@ -23,6 +23,9 @@ use crate::engine::shard::{merge_ns_pages, ns_page_reply};
 use crate::error::Error;
 use crate::protocol::Reply;
 
+/// Redis's answer to DEBUG when `enable-debug-command` does not allow it.
+const DEBUG_NOT_ALLOWED: &str = "DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.";
+
 /// A connection's routing state (see the module docs).
 #[derive(Default)]
 pub struct Dispatch {
@@ -41,6 +44,13 @@ impl Service for Dispatch {
             Err(e) => return self.reject(conn, e, true).await,
         };
         conn.session.client().touch(spec.name);
+        if spec.cmd == Cmd::Debug {
+            let local = conn.session.client().is_local();
+            if !conn.g.config.enable_debug_command.allows(local) {
+                let e = Error::Err(DEBUG_NOT_ALLOWED.into());
+                return self.reject(conn, e, true).await;
+            }
+        }
         if !spec.flags.contains(&"no-auth") {
             let denied = match conn.session.current_user(&conn.g.acl) {
                 None => Some(Error::NoAuth("Authentication required.".into())),

@@ -1,7 +1,9 @@
 //! The Redis surface commands: PING, AUTH, HELLO, CLIENT *, COMMAND *, CONFIG GET, ACL *,
-//! SHUTDOWN, ... They run on the connection's [`Session`] and the shared state, on the
+//! SHUTDOWN, DEBUG, ... They run on the connection's [`Session`] and the shared state, on the
 //! connection's own thread, and never wait: what needs the shards (NS.LIST, INFO) is
 //! dispatch.rs's.
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
@@ -120,6 +122,8 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
             s.close = true;
             return None;
         }
+        Request::DebugPanic => debug_panic(),
+        Request::DebugHelp => Reply::Array(DEBUG_HELP.iter().map(|l| Reply::Simple(l)).collect()),
         Request::Info(_)
         | Request::Multi
         | Request::Exec
@@ -127,6 +131,24 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         | Request::Engine(_) => unreachable!("run by dispatch.rs"),
     })
 }
+
+/// DEBUG PANIC: an invariant failure on demand, to check that one ends the process (main.rs's
+/// panic hook) and that a restart serves what was acknowledged before. The message is Redis's.
+fn debug_panic() -> ! {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    panic!("DEBUG PANIC called at Unix time {now}");
+}
+
+/// The DEBUG HELP lines (status replies, in Redis's layout).
+const DEBUG_HELP: &[&str] = &[
+    "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "PANIC",
+    "    Crash the server (the process exits; a restart replays its log).",
+    "HELP",
+    "    Print this help.",
+];
 
 fn hello(
     s: &mut Session,
