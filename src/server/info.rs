@@ -213,7 +213,7 @@ pub fn config_get(g: &Global, patterns: &[Bytes]) -> Reply {
     Reply::Map(pairs)
 }
 
-/// The HELLO reply.
+/// The HELLO reply: who answers, the protocol now spoken, the client's id.
 pub fn hello(client_id: u64, proto: Proto) -> Reply {
     Reply::fields(vec![
         ("server", Reply::text("permitd")),

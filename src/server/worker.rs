@@ -22,7 +22,7 @@ use crate::engine::{Cancel, Exec, Shard, WaiterId};
 use crate::persist::{self, Fsync, ShardState, Store};
 use crate::protocol::Reply;
 
-/// What a shard thread's tasks share.
+/// A shard's runtime (see the module docs), shared by its thread's tasks through an `Rc`.
 pub struct ShardCtx {
     /// This shard's index.
     pub id: usize,
