@@ -182,6 +182,42 @@ pub struct Config {
     /// Most parked acquires on the whole server.
     #[arg(long, env = "PERMITD_MAX_WAITERS", default_value_t = 1_000_000)]
     pub max_waiters: usize,
+
+    /// Who may run DEBUG (DEBUG PANIC crashes the server, to test restarts): `no`, `yes`, or
+    /// `local` (clients on 127.0.0.1 or ::1), as Redis's option of the same name.
+    #[arg(long, env = "PERMITD_ENABLE_DEBUG_COMMAND", value_enum, default_value_t = Protected::No)]
+    pub enable_debug_command: Protected,
+}
+
+/// Who may run a protected command (Redis's `enable-debug-command` values).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protected {
+    /// Nobody.
+    No,
+    /// Every client its ACL lets run it.
+    Yes,
+    /// Only clients connected from this machine.
+    Local,
+}
+
+impl Protected {
+    /// Whether a client may run the command (`local`: it connects from this machine).
+    pub fn allows(self, local: bool) -> bool {
+        match self {
+            Protected::No => false,
+            Protected::Yes => true,
+            Protected::Local => local,
+        }
+    }
+
+    /// The option's spelling, for CONFIG GET.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protected::No => "no",
+            Protected::Yes => "yes",
+            Protected::Local => "local",
+        }
+    }
 }
 
 /// Parses Redis's `yes` / `no` (also true/false).
@@ -312,6 +348,10 @@ impl Config {
                 self.max_waiters_per_semaphore.to_string(),
             ),
             ("max-waiters", self.max_waiters.to_string()),
+            (
+                "enable-debug-command",
+                self.enable_debug_command.as_str().to_string(),
+            ),
             ("save", String::new()),
             ("appendonly", "yes".to_string()),
             ("appendfsync", self.fsync.as_str().to_string()),

@@ -21,7 +21,37 @@ fn disable_transparent_huge_pages() {
     }
 }
 
+/// Makes every panic end the process, with status 1, once it is logged with its thread and
+/// location. tokio catches the panic of a task, and its thread goes on: a shard whose timer or
+/// log-flushing task died would leave acquires parked past their time-outs, or every reply
+/// waiting for a durable LSN that no longer advances. An invariant that fails is better a
+/// restart that replays the log, as Redis's `serverAssert` crashes the server.
+fn exit_on_panic() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let thread = thread.name().unwrap_or("<unnamed>");
+        let location = info.location().map(|l| l.to_string()).unwrap_or_default();
+        let message = info.payload_as_str().unwrap_or("(not a string)");
+        if tracing::dispatcher::has_been_set() {
+            tracing::error!(
+                thread,
+                %location,
+                "panicked: {message}; exiting so that a restart replays the log"
+            );
+        } else {
+            eprintln!("permitd: thread '{thread}' panicked at {location}: {message}");
+        }
+        // Only with RUST_BACKTRACE=1 (or RUST_LIB_BACKTRACE=1), as the default hook.
+        let backtrace = std::backtrace::Backtrace::capture();
+        if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+            eprintln!("{backtrace}");
+        }
+        std::process::exit(1);
+    }));
+}
+
 fn main() {
+    exit_on_panic();
     permitd::alloc::init();
     disable_transparent_huge_pages();
     // `--print-command-docs` writes the command reference generated from the command table.

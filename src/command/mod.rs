@@ -118,6 +118,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::AclLoad => Ok(Request::AclLoad),
         C::AclSave => Ok(Request::AclSave),
         C::Shutdown => surface::shutdown(a),
+        C::Debug => surface::debug(a),
         C::Multi => Ok(Request::Multi),
         C::Exec => Ok(Request::Exec),
         C::Discard => Ok(Request::Discard),

@@ -98,6 +98,10 @@ pub enum Request {
     AclSave,
     /// `SHUTDOWN [NOSAVE|SAVE]`.
     Shutdown,
+    /// `DEBUG PANIC`: crashes the server (with `--enable-debug-command`).
+    DebugPanic,
+    /// `DEBUG HELP`.
+    DebugHelp,
     /// `MULTI`.
     Multi,
     /// `EXEC`.

@@ -199,3 +199,14 @@ pub(super) fn shutdown(a: &[Bytes]) -> Result<Request, Error> {
     }
     Ok(Request::Shutdown)
 }
+
+pub(super) fn debug(a: &[Bytes]) -> Result<Request, Error> {
+    match (a.len(), &a[1]) {
+        (2, w) if w.eq_ignore_ascii_case(b"panic") => Ok(Request::DebugPanic),
+        (2, w) if w.eq_ignore_ascii_case(b"help") => Ok(Request::DebugHelp),
+        _ => Err(Error::Err(format!(
+            "unknown subcommand or wrong number of arguments for '{}'. Try DEBUG HELP.",
+            String::from_utf8_lossy(&a[1][..a[1].len().min(128)])
+        ))),
+    }
+}

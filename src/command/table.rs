@@ -64,6 +64,7 @@ pub enum Cmd {
     Config,
     ConfigGet,
     Shutdown,
+    Debug,
     Multi,
     Exec,
     Discard,
@@ -915,6 +916,16 @@ pub static COMMANDS: &[CommandSpec] = &[
             &[token("nosave", "NOSAVE"), token("save", "SAVE")],
         )
         .optional()],
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "debug",
+        cmd: Cmd::Debug,
+        arity: -2,
+        summary:
+            "Debugging: PANIC crashes the server. Refused unless --enable-debug-command allows it.",
+        complexity: "O(1)",
+        args: &[arg("subcommand", ArgType::String)],
         ..ADMIN
     },
     CommandSpec {

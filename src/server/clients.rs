@@ -1,25 +1,74 @@
 //! The registry of connected clients, for CLIENT LIST / INFO / KILL / UNBLOCK and INFO.
+//!
+//! A connection registers once it is established (after its TLS handshake) and holds the
+//! [`Registration`] for as long as it lives, across moves between shard threads; dropping the
+//! registration unregisters it, on every path, a panic's unwinding included.
+//!
+//! CLIENT KILL and shutdown end a connection's pending read by shutting its socket down through
+//! the file descriptor number kept here, so that the hot read path waits on the socket alone.
+//! A number is only safe to use while it still names this client's socket: the registry uses it
+//! only while the socket is *attached* (see [`Registration::detach_socket`]), and a connection
+//! detaches it, under the registry's lock, before any step that can close it: dropping the
+//! registration, which is declared before the socket wherever both live so that it drops first,
+//! and taking the socket off an event loop or onto one (tokio closes it if either fails).
+//! Keeping a `dup` of each socket in the registry instead would cost a second descriptor per
+//! client, and a registry snapshot still holding it would keep a closed connection's socket open.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use bytes::Bytes;
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-/// What a connection shares with the rest of the server.
+use crate::protocol::Proto;
+
+/// Registered connections at which a rise counts as a burst (checked as each registers, so a
+/// fast burst is not missed while the shards catch up with the accepts): what lives from before
+/// it is then kept apart from what the burst allocates (see [`crate::alloc`]). The next burst
+/// counts once connections are back below half of this at a trim. Low, because what the burst's
+/// first connections allocate before the switch lands in the old heap: `scripts/soak` 120 s
+/// left 580 kB above the level before the load at 64, 448 kB at 16 (one run each).
+const BURST_CONNECTIONS: usize = 16;
+
+/// How CLIENT UNBLOCK ends a parked acquire: as if it timed out, or with an `UNBLOCKED` error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unblock {
+    /// `CLIENT UNBLOCK id` / `... TIMEOUT`.
+    Timeout,
+    /// `CLIENT UNBLOCK id ERROR`.
+    Error,
+}
+
+impl Unblock {
+    /// How `Client::unblock` holds it; 0 there means no unblock is pending.
+    fn code(self) -> u8 {
+        match self {
+            Unblock::Timeout => 1,
+            Unblock::Error => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Unblock> {
+        match code {
+            1 => Some(Unblock::Timeout),
+            2 => Some(Unblock::Error),
+            _ => None,
+        }
+    }
+}
+
+/// What a connection shares with the rest of the server: what CLIENT LIST shows of it, and the
+/// flags through which CLIENT KILL and CLIENT UNBLOCK reach it.
 #[derive(Debug)]
 pub struct Client {
-    /// Unique id (`CLIENT ID`).
-    pub id: u64,
-    /// Peer address.
-    pub addr: SocketAddr,
-    /// Local address.
-    pub laddr: SocketAddr,
-    /// Socket file descriptor.
-    pub fd: i32,
+    id: u64,
+    addr: SocketAddr,
+    laddr: SocketAddr,
+    fd: i32,
     /// The shard thread serving the connection (it moves to the shard of its namespaces: see
     /// `conn.rs`).
     shard: AtomicUsize,
@@ -28,17 +77,16 @@ pub struct Client {
     last_active_ms: AtomicU64,
     names: Mutex<Names>,
     /// Protocol version (2 or 3).
-    pub resp: AtomicU8,
-    /// Parked in SEM.ACQUIRE.
-    pub blocked: AtomicBool,
+    resp: AtomicU8,
+    /// Parked in SEM.ACQUIRE: only then may CLIENT UNBLOCK set `unblock`.
+    blocked: AtomicBool,
     /// Commands queued in MULTI, or -1.
-    pub multi: AtomicI64,
-    /// Set by CLIENT KILL.
-    pub killed: AtomicBool,
-    /// Pending CLIENT UNBLOCK: 0 none, 1 TIMEOUT, 2 ERROR.
-    pub unblock: AtomicU8,
+    multi: AtomicI64,
+    killed: AtomicBool,
+    /// A pending CLIENT UNBLOCK ([`Unblock::code`]), taken by the parked connection.
+    unblock: AtomicU8,
     /// Wakes the connection for a kill or an unblock.
-    pub wake: Notify,
+    wake: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -51,27 +99,45 @@ struct Names {
 }
 
 impl Client {
+    /// The unique id (`CLIENT ID`).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The peer's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address the client connected to.
+    pub fn laddr(&self) -> SocketAddr {
+        self.laddr
+    }
+
+    /// Whether the client connects from this machine (127.0.0.1 or ::1), for protected mode
+    /// and `--enable-debug-command local`.
+    pub fn is_local(&self) -> bool {
+        is_local(self.addr.ip())
+    }
+
+    fn names(&self) -> MutexGuard<'_, Names> {
+        self.names.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Sets the connection name (`CLIENT SETNAME`, `HELLO ... SETNAME`). Like `set_lib`, it keeps
     /// a copy: the argument is a slice of the connection's read buffer, which it would pin.
     pub fn set_name(&self, name: Bytes) {
-        self.names
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .name = Bytes::copy_from_slice(&name);
+        self.names().name = Bytes::copy_from_slice(&name);
     }
 
-    /// The connection name.
+    /// The connection name (empty when none was set).
     pub fn name(&self) -> Bytes {
-        self.names
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .name
-            .clone()
+        self.names().name.clone()
     }
 
-    /// Sets `lib-name` or `lib-ver`.
+    /// Sets `lib-name` (`lib_name`) or `lib-ver`.
     pub fn set_lib(&self, lib_name: bool, value: Bytes) {
-        let mut n = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut n = self.names();
         if lib_name {
             n.lib_name = Bytes::copy_from_slice(&value);
         } else {
@@ -79,31 +145,32 @@ impl Client {
         }
     }
 
-    /// Sets the authenticated user.
+    /// Sets the name of the authenticated user.
     pub fn set_user(&self, user: Bytes) {
-        self.names
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .user = user;
+        self.names().user = user;
     }
 
-    /// The authenticated user.
+    /// The name of the authenticated user (`default` before any AUTH).
     pub fn user(&self) -> Bytes {
-        self.names
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .user
-            .clone()
+        self.names().user.clone()
     }
 
     /// Records the command being run (for `cmd=` and `idle=`).
     pub fn touch(&self, cmd: &'static str) {
         let ms = self.created.elapsed().as_millis() as u64;
         self.last_active_ms.store(ms, Ordering::Relaxed);
-        self.names
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .cmd = cmd;
+        self.names().cmd = cmd;
+    }
+
+    /// Records the protocol the connection speaks now (`resp=`).
+    pub fn set_proto(&self, proto: Proto) {
+        self.resp.store(proto.number() as u8, Ordering::Relaxed);
+    }
+
+    /// Records a transaction: `Some(n)` commands queued in MULTI, or `None` outside one.
+    pub fn set_multi(&self, queued: Option<usize>) {
+        let v = queued.map_or(-1, |n| n as i64);
+        self.multi.store(v, Ordering::Relaxed);
     }
 
     /// The shard thread serving the connection now.
@@ -116,18 +183,41 @@ impl Client {
         self.shard.store(shard, Ordering::Relaxed);
     }
 
-    /// Shuts the socket down, which ends the connection's pending read: so the hot read path
-    /// waits on the socket alone. Only called with the registry lock held (see [`Registry`]).
-    fn shutdown_socket(&self, how: std::net::Shutdown) {
-        // SAFETY: the registry lock is held, and a connection leaves the registry before its
-        // socket is closed, so `fd` is still this client's open socket.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
-        let _ = socket2::SockRef::from(&fd).shutdown(how);
+    /// Whether CLIENT KILL (or ACL DELUSER) ended the connection.
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
+    }
+
+    /// Resolves when a kill or an unblock wakes the connection.
+    pub fn woken(&self) -> Notified<'_> {
+        self.wake.notified()
+    }
+
+    /// CLIENT UNBLOCK: ends the client's parked acquire in the way `why` says. Returns false
+    /// (and does nothing) when the client is not parked.
+    pub fn request_unblock(&self, why: Unblock) -> bool {
+        if !self.blocked.load(Ordering::Acquire) {
+            return false;
+        }
+        self.unblock.store(why.code(), Ordering::Release);
+        self.wake.notify_one();
+        true
+    }
+
+    /// The pending CLIENT UNBLOCK, if any; taking it clears it.
+    pub fn take_unblock(&self) -> Option<Unblock> {
+        Unblock::from_code(self.unblock.swap(0, Ordering::AcqRel))
+    }
+
+    /// Marks the connection killed and wakes it; the registry also shuts its socket down.
+    fn kill(&self) {
+        self.killed.store(true, Ordering::Release);
+        self.wake.notify_one();
     }
 
     /// The `CLIENT LIST` / `CLIENT INFO` line, in Redis's format.
     pub fn info_line(&self) -> String {
-        let n = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = self.names();
         let age = self.created.elapsed().as_secs();
         let idle_ms = (self.created.elapsed().as_millis() as u64)
             .saturating_sub(self.last_active_ms.load(Ordering::Relaxed));
@@ -162,24 +252,80 @@ impl Client {
     }
 }
 
+/// Whether Redis's protected mode counts `ip` as local (only 127.0.0.1 and ::1, as Redis).
+pub fn is_local(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4 == Ipv4Addr::LOCALHOST,
+        IpAddr::V6(v6) => {
+            v6 == Ipv6Addr::LOCALHOST || v6.to_ipv4_mapped() == Some(Ipv4Addr::LOCALHOST)
+        }
+    }
+}
+
+/// A registered client and whether the registry may use its socket (see the module docs).
+#[derive(Debug)]
+struct Entry {
+    client: Arc<Client>,
+    attached: bool,
+}
+
+impl Entry {
+    /// Shuts the socket down, which ends the connection's pending read. Only called with the
+    /// registry lock held.
+    fn shutdown_socket(&self, how: std::net::Shutdown) {
+        if !self.attached {
+            return;
+        }
+        // SAFETY: the registry lock is held and the socket is attached: its connection has not
+        // begun any step that can close it (each first detaches it, or unregisters, under this
+        // lock), so `fd` is still this client's open socket.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.client.fd) };
+        let _ = socket2::SockRef::from(&fd).shutdown(how);
+    }
+}
+
+/// What the registry and the registrations of its clients share.
+#[derive(Debug, Default)]
+struct Shared {
+    entries: Mutex<BTreeMap<u64, Entry>>,
+    next_id: AtomicU64,
+    /// Connections parked in SEM.ACQUIRE.
+    blocked: AtomicUsize,
+    total_connections: AtomicU64,
+    rejected_connections: AtomicU64,
+}
+
+impl Shared {
+    fn entries(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set_attached(&self, id: u64, attached: bool) {
+        if let Some(e) = self.entries().get_mut(&id) {
+            e.attached = attached;
+        }
+    }
+}
+
 /// All connected clients.
 #[derive(Debug, Default)]
 pub struct Registry {
-    clients: Mutex<BTreeMap<u64, Arc<Client>>>,
-    next_id: AtomicU64,
-    /// Connections parked in SEM.ACQUIRE.
-    pub blocked: AtomicUsize,
-    /// Connections accepted since start.
-    pub total_connections: AtomicU64,
-    /// Connections refused for maxclients.
-    pub rejected_connections: AtomicU64,
+    shared: Arc<Shared>,
 }
 
 impl Registry {
-    /// Registers a new connection; `sock` is a duplicate handle of its socket.
-    pub fn add(&self, addr: SocketAddr, laddr: SocketAddr, fd: i32, shard: usize) -> Arc<Client> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let c = Arc::new(Client {
+    /// Registers a new connection whose socket is `fd`, served by shard thread `shard`. The
+    /// connection is registered until the returned registration drops.
+    pub fn register(
+        &self,
+        addr: SocketAddr,
+        laddr: SocketAddr,
+        fd: i32,
+        shard: usize,
+    ) -> Registration {
+        let s = &self.shared;
+        let id = s.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let client = Arc::new(Client {
             id,
             addr,
             laddr,
@@ -198,27 +344,33 @@ impl Registry {
             unblock: AtomicU8::new(0),
             wake: Notify::new(),
         });
-        self.total_connections.fetch_add(1, Ordering::Relaxed);
+        s.total_connections.fetch_add(1, Ordering::Relaxed);
         let now = {
-            let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
-            clients.insert(id, c.clone());
-            clients.len()
+            let mut entries = s.entries();
+            let entry = Entry {
+                client: client.clone(),
+                attached: true,
+            };
+            entries.insert(id, entry);
+            entries.len()
         };
-        if now >= super::BURST_CONNECTIONS {
+        if now >= BURST_CONNECTIONS {
             crate::alloc::burst_began();
         }
-        c
+        Registration {
+            client,
+            shared: s.clone(),
+        }
     }
 
     /// Closes every connection `pick` chooses: its pending read ends, and a parked acquire is
     /// cancelled. Returns how many.
     pub fn kill_where(&self, pick: impl Fn(&Client) -> bool) -> usize {
-        let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let entries = self.shared.entries();
         let mut n = 0;
-        for c in clients.values().filter(|c| pick(c)) {
-            c.killed.store(true, Ordering::Release);
-            c.shutdown_socket(std::net::Shutdown::Both);
-            c.wake.notify_one();
+        for e in entries.values().filter(|e| pick(&e.client)) {
+            e.client.kill();
+            e.shutdown_socket(std::net::Shutdown::Both);
             n += 1;
         }
         n
@@ -226,50 +378,187 @@ impl Registry {
 
     /// Stops every connection reading (shutdown): each writes the replies it owes, then closes.
     pub fn stop_reading_all(&self) {
-        let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
-        for c in clients.values() {
-            c.shutdown_socket(std::net::Shutdown::Read);
+        for e in self.shared.entries().values() {
+            e.shutdown_socket(std::net::Shutdown::Read);
         }
-    }
-
-    /// Unregisters a connection; it must be called before the connection's socket is closed.
-    pub fn remove(&self, id: u64) {
-        self.clients
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&id);
     }
 
     /// Connected clients now.
     pub fn count(&self) -> usize {
-        self.clients
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.shared.entries().len()
+    }
+
+    /// Whether connections are back below half a burst, so that the next burst counts again.
+    pub fn burst_is_over(&self) -> bool {
+        self.count() < BURST_CONNECTIONS / 2
     }
 
     /// Connected clients served by shard thread `shard`.
     pub fn count_on_shard(&self, shard: usize) -> usize {
-        let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
-        clients.values().filter(|c| c.shard() == shard).count()
+        let entries = self.shared.entries();
+        entries
+            .values()
+            .filter(|e| e.client.shard() == shard)
+            .count()
     }
 
     /// A snapshot of all clients, by id.
     pub fn all(&self) -> Vec<Arc<Client>> {
-        self.clients
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
+        let entries = self.shared.entries();
+        entries.values().map(|e| e.client.clone()).collect()
     }
 
     /// The client with this id.
     pub fn get(&self, id: u64) -> Option<Arc<Client>> {
-        self.clients
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-            .cloned()
+        self.shared.entries().get(&id).map(|e| e.client.clone())
+    }
+
+    /// Connections parked in SEM.ACQUIRE now (`blocked_clients`).
+    pub fn blocked(&self) -> usize {
+        self.shared.blocked.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted since start (`total_connections_received`).
+    pub fn total_connections(&self) -> u64 {
+        self.shared.total_connections.load(Ordering::Relaxed)
+    }
+
+    /// Connections refused for `--maxclients` since start (`rejected_connections`).
+    pub fn rejected_connections(&self) -> u64 {
+        self.shared.rejected_connections.load(Ordering::Relaxed)
+    }
+
+    /// Counts a connection refused for `--maxclients`.
+    pub fn reject(&self) {
+        self.shared
+            .rejected_connections
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection's place in the registry; dropping it unregisters the connection.
+#[derive(Debug)]
+pub struct Registration {
+    client: Arc<Client>,
+    shared: Arc<Shared>,
+}
+
+impl Registration {
+    /// The registered client.
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
+    }
+
+    /// Stops the registry from shutting the socket down, before a step that may close it
+    /// (tokio's `into_std` and `from_std` close the socket when they fail). A kill meanwhile
+    /// still marks the client, which the connection checks before its next read.
+    pub fn detach_socket(&self) {
+        self.shared.set_attached(self.client.id, false);
+    }
+
+    /// Lets the registry use the socket again, once it is on this thread's event loop.
+    pub fn attach_socket(&self) {
+        self.shared.set_attached(self.client.id, true);
+    }
+
+    /// Marks the connection parked in SEM.ACQUIRE (CLIENT UNBLOCK may end it only then), or no
+    /// longer parked, which also drops an unblock that came too late.
+    pub fn set_blocked(&self, blocked: bool) {
+        let c = &self.client;
+        c.blocked.store(blocked, Ordering::Release);
+        if blocked {
+            self.shared.blocked.fetch_add(1, Ordering::Relaxed);
+        } else {
+            c.unblock.store(0, Ordering::Release);
+            self.shared.blocked.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.shared.entries().remove(&self.client.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:1".parse().unwrap()
+    }
+
+    #[test]
+    fn a_client_is_registered_until_its_registration_drops() {
+        let registry = Registry::default();
+        let reg = registry.register(addr(), addr(), -1, 0);
+        let id = reg.client().id();
+        assert!(registry.get(id).is_some());
+        assert_eq!(registry.count_on_shard(0), 1);
+        drop(reg);
+        assert!(registry.get(id).is_none());
+        assert_eq!(registry.count(), 0);
+    }
+
+    #[test]
+    fn an_unwinding_panic_unregisters_too() {
+        let registry = Arc::new(Registry::default());
+        let r = registry.clone();
+        let joined = std::thread::spawn(move || {
+            let _reg = r.register(addr(), addr(), -1, 0);
+            panic!("a connection task fails");
+        })
+        .join();
+        assert!(joined.is_err());
+        assert_eq!(registry.count(), 0);
+    }
+
+    #[test]
+    fn unblock_reaches_only_a_parked_client_and_is_taken_once() {
+        let registry = Registry::default();
+        let reg = registry.register(addr(), addr(), -1, 0);
+        let c = reg.client().clone();
+        assert!(!c.request_unblock(Unblock::Error));
+        reg.set_blocked(true);
+        assert_eq!(registry.blocked(), 1);
+        assert!(c.request_unblock(Unblock::Error));
+        assert_eq!(c.take_unblock(), Some(Unblock::Error));
+        assert_eq!(c.take_unblock(), None);
+        assert!(c.request_unblock(Unblock::Timeout));
+        reg.set_blocked(false);
+        assert_eq!(c.take_unblock(), None, "a late unblock is dropped");
+        assert_eq!(registry.blocked(), 0);
+    }
+
+    #[test]
+    fn the_registry_shuts_down_only_an_attached_socket() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut sock, _) = listener.accept().unwrap();
+        let registry = Registry::default();
+        let reg = registry.register(addr(), addr(), sock.as_raw_fd(), 0);
+        reg.detach_socket();
+        assert_eq!(registry.kill_where(|_| true), 1);
+        assert!(
+            reg.client().is_killed(),
+            "the kill waits for the connection to see it"
+        );
+        peer.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(
+            sock.read(&mut b).unwrap(),
+            1,
+            "a detached socket is left open"
+        );
+        reg.attach_socket();
+        registry.stop_reading_all();
+        assert_eq!(
+            sock.read(&mut b).unwrap(),
+            0,
+            "an attached one is shut down"
+        );
     }
 }

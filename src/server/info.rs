@@ -1,27 +1,25 @@
 //! Server-level replies: INFO sections, CONFIG GET, HELLO.
 
-use std::sync::atomic::Ordering;
-
 use bytes::Bytes;
 
-use super::shard::ShardInfo;
-use super::Global;
+use super::global::Global;
+use super::msg::ShardInfo;
 use crate::engine::{Counts, Stats};
 use crate::persist::PersistStats;
+use crate::protocol::{Proto, Reply};
 
 /// Every shard's INFO figures added up.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Totals {
-    /// Sizes.
+    /// Namespaces, semaphores, leases, holders, waiters.
     pub counts: Counts,
-    /// Counters.
+    /// Engine counters, summed.
     pub stats: Stats,
     /// Persistence: sums of sizes and counts, the latest times, the longest durations.
     pub persist: PersistStats,
-    /// Commands processed.
+    /// Commands run by all connections (`total_commands_processed`).
     pub commands: u64,
 }
-use crate::protocol::{Proto, Reply};
 
 /// The Redis version permitd is compatible with (clients check `redis_version`).
 pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
@@ -124,22 +122,19 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
             ("tcp_port", g.port.to_string()),
             ("uptime_in_seconds", uptime.to_string()),
             ("uptime_in_days", (uptime / 86400).to_string()),
-            ("shards", g.shards.len().to_string()),
+            ("shards", g.shard_count().to_string()),
         ],
         "clients" => vec![
             ("connected_clients", g.clients.count().to_string()),
             (
                 "clients_per_shard",
-                (0..g.shards.len())
+                (0..g.shard_count())
                     .map(|i| g.clients.count_on_shard(i).to_string())
                     .collect::<Vec<_>>()
                     .join(","),
             ),
             ("maxclients", g.config.maxclients.to_string()),
-            (
-                "blocked_clients",
-                g.clients.blocked.load(Ordering::Relaxed).to_string(),
-            ),
+            ("blocked_clients", g.clients.blocked().to_string()),
         ],
         "memory" => {
             let rss = rss_bytes();
@@ -169,18 +164,12 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
         "stats" => vec![
             (
                 "total_connections_received",
-                g.clients
-                    .total_connections
-                    .load(Ordering::Relaxed)
-                    .to_string(),
+                g.clients.total_connections().to_string(),
             ),
             ("total_commands_processed", t.commands.to_string()),
             (
                 "rejected_connections",
-                g.clients
-                    .rejected_connections
-                    .load(Ordering::Relaxed)
-                    .to_string(),
+                g.clients.rejected_connections().to_string(),
             ),
             ("acquire_acquired", s.acquire_acquired.to_string()),
             ("acquire_unavailable", s.acquire_unavailable.to_string()),
@@ -224,7 +213,7 @@ pub fn config_get(g: &Global, patterns: &[Bytes]) -> Reply {
     Reply::Map(pairs)
 }
 
-/// The HELLO reply.
+/// The HELLO reply: who answers, the protocol now spoken, the client's id.
 pub fn hello(client_id: u64, proto: Proto) -> Reply {
     Reply::fields(vec![
         ("server", Reply::text("permitd")),

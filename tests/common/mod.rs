@@ -107,6 +107,24 @@ impl Server {
         }
     }
 
+    /// Waits up to `timeout` for the server to exit by itself, and returns how it exited
+    /// (`None`: still running). Added for tests/panic.rs (DEBUG PANIC).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Some(status);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// The server's resident memory (VmRSS from /proc), in KiB.
     pub fn rss_kb(&self) -> u64 {
         let pid = self.pid().expect("server is not running");

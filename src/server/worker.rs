@@ -1,95 +1,28 @@
-//! A shard thread: a current-thread tokio runtime that owns one engine shard, serves the
-//! connections accepted onto it, runs its own namespaces' commands inline, answers the other
-//! shards' messages, and fires the engine's deadlines with a timer (no periodic sweep).
+//! A shard's runtime: it owns one engine shard on its thread and runs it. It runs the requests
+//! of its namespaces (inline for this thread's connections, or sent by other threads), fires
+//! the engine's deadlines with a timer (no periodic sweep), delivers the replies of parked
+//! acquires, and writes the engine's journal to the log behind the replies. The engine decides,
+//! this file carries the decisions out (openraft's engine/runtime split); it knows nothing of
+//! connections, which thread.rs serves on the same thread.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 
 use super::background::{Background, Gone};
-use super::Global;
-use crate::engine::page::{Page, PageOf};
+use super::global::Global;
+use super::msg::{Done, Durable, ShardInfo, ShardMsg};
 use crate::engine::request::EngineRequest;
 use crate::engine::room::{shrink_map, FastMap};
 use crate::engine::types::{Name, Nanos};
-use crate::engine::{Cancel, Counts, Exec, Shard, Stats, WaiterId};
-use crate::persist::{self, Fsync, PersistStats, ShardState, Store};
+use crate::engine::{Cancel, Exec, Shard, WaiterId};
+use crate::persist::{self, Fsync, ShardState, Store};
 use crate::protocol::Reply;
 
-/// How long a shard waits, once its connections fell to half their peak, before it gives memory
-/// back: a burst of disconnects is trimmed once, and trimming runs at most once per delay.
-const TRIM_DELAY: Duration = Duration::from_secs(1);
-
-/// A reply with the LSN its client must see durable before it is written.
-pub type Durable<T> = (T, u64);
-
-/// The result of one engine request run by a shard.
-#[derive(Debug)]
-pub enum Done {
-    /// Answered.
-    Reply(Reply),
-    /// Parked: the reply comes on the receiver; the id cancels it.
-    Parked(oneshot::Receiver<Durable<Reply>>, WaiterId),
-}
-
-/// Messages a shard thread accepts.
-#[derive(Debug)]
-pub enum ShardMsg {
-    /// A new connection to serve on this thread (true: over TLS).
-    Conn(std::net::TcpStream, bool),
-    /// A connection moving here from another shard thread (see `conn.rs`).
-    Move(Box<super::conn::Moving>),
-    /// Run requests in order (stopping after one that parks); answer with their results.
-    Exec {
-        /// Requests, all for namespaces of this shard.
-        reqs: Vec<EngineRequest>,
-        /// False inside MULTI: acquires never wait.
-        may_wait: bool,
-        /// Results, one per request run, and the LSN they need durable.
-        reply: oneshot::Sender<Durable<Vec<Done>>>,
-    },
-    /// Take a parked acquire out of its queue.
-    Cancel {
-        /// The parked acquire.
-        waiter: WaiterId,
-        /// Why.
-        why: Cancel,
-        /// Whether it was still parked.
-        reply: oneshot::Sender<bool>,
-    },
-    /// This shard's part of an NS.LIST page.
-    NsList {
-        /// The page asked for.
-        page: Page,
-        /// Only namespaces this user may access (`None`: all).
-        visible_to: Option<Arc<super::acl::User>>,
-        /// This shard's candidates, and the LSN they need durable.
-        reply: oneshot::Sender<Durable<PageOf<Name, (Name, Reply)>>>,
-    },
-    /// Counters and sizes for INFO.
-    Info {
-        /// Answer.
-        reply: oneshot::Sender<ShardInfo>,
-    },
-}
-
-/// One shard's INFO figures.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ShardInfo {
-    /// Sizes.
-    pub counts: Counts,
-    /// Engine counters.
-    pub stats: Stats,
-    /// Persistence counters.
-    pub persist: PersistStats,
-    /// Commands run by the connections of this thread.
-    pub commands: u64,
-}
-
-/// What a shard thread's tasks share.
+/// A shard's runtime (see the module docs), shared by its thread's tasks through an `Rc`.
 pub struct ShardCtx {
     /// This shard's index.
     pub id: usize,
@@ -102,40 +35,39 @@ pub struct ShardCtx {
     parked: RefCell<FastMap<WaiterId, oneshot::Sender<Durable<Reply>>>>,
     timer_wake: Notify,
     flush_wake: Notify,
-    trim_wake: Notify,
-    /// Connections served by this thread now, and their most since the last trim.
-    conns: Cell<usize>,
-    conns_high: Cell<usize>,
     /// The deadline the timer task sleeps until (None: no deadline).
     scheduled: Cell<Option<Nanos>>,
     last_now: Cell<Nanos>,
     /// Commands run by this thread's connections (per thread: no shared counter to contend on).
-    pub commands: Cell<u64>,
+    commands: Cell<u64>,
 }
 
 /// Wall-clock nanoseconds since the Unix epoch.
-pub fn wall_nanos() -> Nanos {
+fn wall_nanos() -> Nanos {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as Nanos)
 }
 
 impl ShardCtx {
-    fn new(
+    /// Builds shard `id`'s runtime over its loaded state and starts its tasks (the timer, the
+    /// log's flushing and, under `everysec`, its syncs) on the current `LocalSet`.
+    pub fn start(
         id: usize,
         global: Arc<Global>,
         state: ShardState,
         store: Store,
         background: Background,
-    ) -> ShardCtx {
+    ) -> Rc<ShardCtx> {
         let mut engine = Shard::restore(
             global.limits.clone(),
-            global.namespace_count.clone(),
+            global.namespace_count(),
             state.namespaces,
             state.hwm,
         );
-        engine.share_waiter_count(global.waiter_count.clone());
-        ShardCtx {
+        engine.share_waiter_count(global.waiter_count());
+        let policy = store.policy;
+        let ctx = Rc::new(ShardCtx {
             id,
             global,
             engine: RefCell::new(engine),
@@ -144,13 +76,21 @@ impl ShardCtx {
             parked: RefCell::new(FastMap::default()),
             timer_wake: Notify::new(),
             flush_wake: Notify::new(),
-            trim_wake: Notify::new(),
-            conns: Cell::new(0),
-            conns_high: Cell::new(0),
             scheduled: Cell::new(None),
             last_now: Cell::new(0),
             commands: Cell::new(0),
+        });
+        tokio::task::spawn_local(ctx.clone().timer_loop());
+        tokio::task::spawn_local(ctx.clone().flush_loop());
+        if policy == Fsync::Everysec {
+            tokio::task::spawn_local(ctx.clone().everysec_loop());
         }
+        ctx
+    }
+
+    /// Counts a command a connection of this thread runs (INFO's `total_commands_processed`).
+    pub fn count_command(&self) {
+        self.commands.set(self.commands.get() + 1);
     }
 
     /// The engine's `now`: the wall clock, never moving backwards on this shard.
@@ -233,7 +173,7 @@ impl ShardCtx {
             for (id, reply) in outbox {
                 if let Some(tx) = parked.remove(&id) {
                     // A client that left meanwhile drops the reply; the engine moved on.
-                    let _ = tx.send((reply, lsn));
+                    let _ = tx.send(Durable { value: reply, lsn });
                 }
             }
         }
@@ -269,20 +209,17 @@ impl ShardCtx {
         }
     }
 
-    fn handle(self: &Rc<Self>, msg: ShardMsg) {
+    /// Answers a request of a connection of this or another thread.
+    pub fn handle(&self, msg: ShardMsg) {
         match msg {
-            ShardMsg::Conn(stream, tls) => match tokio::net::TcpStream::from_std(stream) {
-                Ok(s) => self.adopt(move |ctx| super::conn::serve(ctx, s, tls)),
-                Err(e) => tracing::warn!(error = %e, "could not adopt a connection"),
-            },
-            ShardMsg::Move(m) => self.adopt(move |ctx| super::conn::resume(ctx, *m)),
             ShardMsg::Exec {
                 reqs,
                 may_wait,
                 reply,
             } => {
                 let done = self.exec_batch(reqs, may_wait);
-                let _ = reply.send((done, self.last_lsn()));
+                let lsn = self.last_lsn();
+                let _ = reply.send(Durable { value: done, lsn });
             }
             ShardMsg::Cancel { waiter, why, reply } => {
                 let _ = reply.send(self.cancel(waiter, why));
@@ -298,7 +235,8 @@ impl ShardCtx {
                 let visible =
                     |ns: &Name| visible_to.as_ref().is_none_or(|u| u.can_access(ns.bytes()));
                 let part = engine.ns_list_part_where(&page, visible);
-                let _ = reply.send((part, self.last_lsn()));
+                let lsn = self.last_lsn();
+                let _ = reply.send(Durable { value: part, lsn });
                 drop(engine);
                 self.settle();
             }
@@ -317,50 +255,12 @@ impl ShardCtx {
             }
         }
     }
-}
 
-impl ShardCtx {
-    /// Serves a connection on this thread: `serve` runs it until it closes or moves away.
-    fn adopt<F: std::future::Future<Output = ()> + 'static>(
-        self: &Rc<Self>,
-        serve: impl FnOnce(Rc<ShardCtx>) -> F + 'static,
-    ) {
-        let n = self.conns.get() + 1;
-        self.conns.set(n);
-        self.conns_high.set(self.conns_high.get().max(n));
-        let ctx = self.clone();
-        // The connection's future is made inside the task: made outside and moved in, it
-        // would be held twice (captured, then awaited), doubling each connection's task.
-        tokio::task::spawn_local(async move {
-            serve(ctx.clone()).await;
-            ctx.connection_closed();
-        });
-    }
-
-    /// Counts a closed connection; once the thread serves half of its peak or fewer, the memory
-    /// of the others is to be given back.
-    fn connection_closed(&self) {
-        let n = self.conns.get() - 1;
-        self.conns.set(n);
-        if n * 2 <= self.conns_high.get() {
-            self.trim_wake.notify_one();
-        }
-    }
-
-    /// Gives back memory after connections went away: the parked-acquire map and the engine's
-    /// indexes shrink if they are mostly empty, and the allocator returns this thread's free pages to the OS (an idle
-    /// allocator thread would otherwise keep them, and never run its own delayed purges). It
-    /// runs only after disconnects, never on a timer, so an idle or steady server pays nothing.
-    async fn trim_loop(self: Rc<Self>) {
-        loop {
-            self.trim_wake.notified().await;
-            tokio::time::sleep(TRIM_DELAY).await;
-            shrink_map(&mut self.parked.borrow_mut());
-            self.engine.borrow_mut().shrink_sparse();
-            crate::alloc::trim();
-            self.global.trim_acceptor.notify_one();
-            self.conns_high.set(self.conns.get());
-        }
+    /// Gives back room after connections went away: the parked-acquire map and the engine's
+    /// indexes shrink if they are mostly empty.
+    pub fn shrink(&self) {
+        shrink_map(&mut self.parked.borrow_mut());
+        self.engine.borrow_mut().shrink_sparse();
     }
 
     /// Writes the log behind the commands: each pass takes every record framed since the last
@@ -404,7 +304,7 @@ impl ShardCtx {
             store.stats.fsyncs += 1;
             store.stats.last_fsync_at = wall_nanos();
         }
-        self.global.durable[self.id].send_replace(batch.lsn);
+        self.global.mark_durable(self.id, batch.lsn);
     }
 
     /// Replaces the log by a snapshot of the shard's state. The shard pauses only while its
@@ -443,7 +343,7 @@ impl ShardCtx {
         store.stats.last_snapshot_us = started.elapsed().as_micros() as u64;
         store.stats.last_snapshot_pause_us = pause.as_micros() as u64;
         store.stats.last_fsync_at = wall_nanos();
-        self.global.durable[self.id].send_replace(lsn);
+        self.global.mark_durable(self.id, lsn);
         tracing::info!(
             shard = self.id,
             bytes = size,
@@ -468,7 +368,7 @@ impl ShardCtx {
     }
 
     /// Writes and syncs whatever is pending (at shutdown).
-    fn final_flush(&self) {
+    pub fn final_flush(&self) {
         self.settle();
         let mut store = self.store.borrow_mut();
         let batch = store.take();
@@ -487,55 +387,4 @@ fn fatal_if_failed(res: Result<std::io::Result<()>, Gone>, what: &str) {
     };
     tracing::error!(error = %err, "could not {what}; stopping so that no unsaved change is acknowledged");
     std::process::exit(1);
-}
-
-/// Starts shard thread `id`; it runs until the server shuts down.
-pub fn spawn(
-    id: usize,
-    global: Arc<Global>,
-    mut rx: mpsc::UnboundedReceiver<ShardMsg>,
-    state: ShardState,
-    store: Store,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let background = Background::start(format!("shard-{id}-log"))?;
-    std::thread::Builder::new()
-        .name(format!("shard-{id}"))
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a tokio runtime");
-            let local = tokio::task::LocalSet::new();
-            local.block_on(&rt, async move {
-                let policy = store.policy;
-                let ctx = Rc::new(ShardCtx::new(id, global.clone(), state, store, background));
-                tokio::task::spawn_local(ctx.clone().timer_loop());
-                tokio::task::spawn_local(ctx.clone().flush_loop());
-                tokio::task::spawn_local(ctx.clone().trim_loop());
-                if policy == Fsync::Everysec {
-                    tokio::task::spawn_local(ctx.clone().everysec_loop());
-                }
-                let mut shutdown = global.shutdown.subscribe();
-                loop {
-                    tokio::select! {
-                        msg = rx.recv() => match msg {
-                            Some(m) => ctx.handle(m),
-                            None => break,
-                        },
-                        _ = shutdown.wait_for(|s| *s) => break,
-                    }
-                }
-                // Let connections see the shutdown, finish their in-flight replies and close.
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-                while global.clients.count_on_shard(id) > 0
-                    && tokio::time::Instant::now() < deadline
-                {
-                    while let Ok(m) = rx.try_recv() {
-                        ctx.handle(m);
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                ctx.final_flush();
-            });
-        })
 }

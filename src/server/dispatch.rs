@@ -1,0 +1,294 @@
+//! What a connection's requests do, in the order Redis's `processCommand` checks them: find the
+//! command, refuse DEBUG unless enabled, check that the user may run it, queue it inside MULTI,
+//! parse it, then run it where it belongs:
+//!
+//! - an engine command on its namespace's shard: inline when that is this thread's shard, else
+//!   sent to the other thread; consecutive non-blocking commands for one other shard travel as
+//!   one message (a batch), flushed before anything else is answered;
+//! - NS.LIST and INFO on every shard at once, their parts merged;
+//! - the rest on the connection's session (surface.rs);
+//! - MULTI / EXEC / DISCARD through multi.rs, which decides what EXEC runs.
+
+use bytes::Bytes;
+
+use super::conn::{Conn, Service, Transport};
+use super::info;
+use super::msg::{Done, Durable, ShardMsg};
+use super::multi::{self, Step, Transaction};
+use super::session::check_permissions;
+use super::surface;
+use crate::command::table::Flag;
+use crate::command::{self, Cmd, Request};
+use crate::engine::page::Page;
+use crate::engine::request::EngineRequest;
+use crate::engine::shard::{merge_ns_pages, ns_page_reply};
+use crate::error::Error;
+use crate::protocol::Reply;
+
+/// Redis's answer to DEBUG when `enable-debug-command` does not allow it.
+const DEBUG_NOT_ALLOWED: &str = "DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.";
+
+/// A connection's routing state (see the module docs).
+#[derive(Default)]
+pub struct Dispatch {
+    /// Non-blocking requests for shard `batch_shard`, not sent yet.
+    batch_shard: usize,
+    batch: Vec<EngineRequest>,
+    /// The transaction being queued.
+    multi: Option<Transaction>,
+}
+
+impl Service for Dispatch {
+    async fn command<S: Transport>(&mut self, conn: &mut Conn<S>, argv: Vec<Bytes>) {
+        conn.ctx.count_command();
+        let spec = match command::resolve(&argv) {
+            Ok(s) => s,
+            Err(e) => return self.reject(conn, e, true).await,
+        };
+        conn.session.client().touch(spec.name);
+        if spec.cmd == Cmd::Debug {
+            let local = conn.session.client().is_local();
+            if !conn.g.config.enable_debug_command.allows(local) {
+                let e = Error::Err(DEBUG_NOT_ALLOWED.into());
+                return self.reject(conn, e, true).await;
+            }
+        }
+        if !spec.flags.has(Flag::NoAuth) {
+            let denied = match conn.session.current_user(&conn.g.acl) {
+                None => Some(Error::NoAuth("Authentication required.".into())),
+                Some(user) => check_permissions(user, spec, &argv).err(),
+            };
+            if let Some(e) = denied {
+                return self.reject(conn, e, true).await;
+            }
+        }
+        match spec.cmd {
+            Cmd::Multi => {
+                self.flush_batch(conn).await;
+                let reply = multi::start(&mut self.multi, conn.session.client());
+                return conn.push(reply);
+            }
+            Cmd::Exec => return self.exec(conn).await,
+            Cmd::Discard => {
+                self.flush_batch(conn).await;
+                let reply = multi::discard(&mut self.multi, conn.session.client());
+                return conn.push(reply);
+            }
+            Cmd::Quit | Cmd::Reset => {}
+            _ => {
+                if let Some(tx) = &mut self.multi {
+                    let reply = tx.queue(spec, argv, conn.session.client());
+                    return conn.push(reply);
+                }
+            }
+        }
+        let req = match command::parse(spec, &argv, &conn.g.limits) {
+            Ok(r) => r,
+            Err(e) => return self.reject(conn, e, false).await,
+        };
+        match req {
+            Request::Engine(r) => self.engine(conn, r).await,
+            other => {
+                self.flush_batch(conn).await;
+                if let Some(reply) = self.other(conn, other).await {
+                    conn.push(reply);
+                }
+            }
+        }
+    }
+
+    async fn flush<S: Transport>(&mut self, conn: &mut Conn<S>) {
+        self.flush_batch(conn).await;
+    }
+
+    fn batching(&self) -> bool {
+        !self.batch.is_empty()
+    }
+
+    fn in_transaction(&self) -> bool {
+        self.multi.is_some()
+    }
+}
+
+impl Dispatch {
+    /// Answers an error; one found while queueing (`in_queue`) aborts the transaction.
+    async fn reject<S: Transport>(&mut self, conn: &mut Conn<S>, e: Error, in_queue: bool) {
+        self.flush_batch(conn).await;
+        if in_queue {
+            if let Some(tx) = &mut self.multi {
+                tx.abort();
+            }
+        }
+        conn.push(Reply::Error(e));
+    }
+
+    async fn engine<S: Transport>(&mut self, conn: &mut Conn<S>, r: EngineRequest) {
+        let Some(ns) = r.namespace() else {
+            self.flush_batch(conn).await;
+            if let EngineRequest::NsList(list) = r {
+                let reply = ns_list(conn, list.page).await;
+                conn.push(reply);
+            }
+            return;
+        };
+        let shard = conn.g.shard_of(ns);
+        conn.note_target(shard);
+        if r.may_block() {
+            self.flush_batch(conn).await;
+            let done = if shard == conn.ctx.id {
+                exec_local(conn, r)
+            } else {
+                match remote(conn, shard, vec![r], true).await.pop() {
+                    Some(d) => d,
+                    None => Done::Reply(shutting_down()),
+                }
+            };
+            conn.answer(shard, done).await;
+        } else if shard == conn.ctx.id {
+            self.flush_batch(conn).await;
+            let done = exec_local(conn, r);
+            conn.answer(shard, done).await;
+        } else {
+            if !self.batch.is_empty() && self.batch_shard != shard {
+                self.flush_batch(conn).await;
+            }
+            self.batch_shard = shard;
+            self.batch.push(r);
+        }
+    }
+
+    /// Sends the pending batch to its shard and buffers its replies.
+    async fn flush_batch<S: Transport>(&mut self, conn: &mut Conn<S>) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let reqs = std::mem::take(&mut self.batch);
+        let n = reqs.len();
+        let shard = self.batch_shard;
+        let results = remote(conn, shard, reqs, true).await;
+        let missing = n - results.len();
+        for d in results {
+            conn.answer(shard, d).await;
+        }
+        for _ in 0..missing {
+            conn.push(shutting_down());
+        }
+    }
+
+    /// Runs a request that is not an engine command of one namespace; `None` when nothing is
+    /// to be answered.
+    async fn other<S: Transport>(&mut self, conn: &mut Conn<S>, req: Request) -> Option<Reply> {
+        Some(match req {
+            Request::Engine(EngineRequest::NsList(list)) => ns_list(conn, list.page).await,
+            Request::Info(sections) => info_reply(conn, &sections).await,
+            Request::Reset => {
+                self.multi = None;
+                conn.session.client().set_multi(None);
+                return surface::run(&mut conn.session, &conn.g, Request::Reset);
+            }
+            other => return surface::run(&mut conn.session, &conn.g, other),
+        })
+    }
+
+    /// EXEC: runs the plan multi.rs makes of the transaction; the engine commands go to their
+    /// shard as one batch, acquires without waiting.
+    async fn exec<S: Transport>(&mut self, conn: &mut Conn<S>) {
+        self.flush_batch(conn).await;
+        let tx = match multi::take(&mut self.multi, conn.session.client()) {
+            Ok(tx) => tx,
+            Err(reply) => return conn.push(reply),
+        };
+        let user = conn.session.current_user(&conn.g.acl).cloned();
+        let plan = match tx.plan(user.as_ref(), &conn.g) {
+            Ok(p) => p,
+            Err(reply) => return conn.push(reply),
+        };
+        let mut engine_done = match plan.shard {
+            Some(s) if s == conn.ctx.id => {
+                let done = conn.ctx.exec_batch(plan.engine, false);
+                conn.note(s, conn.ctx.last_lsn());
+                done
+            }
+            Some(s) => remote(conn, s, plan.engine, false).await,
+            None => Vec::new(),
+        }
+        .into_iter();
+        let mut replies = Vec::with_capacity(plan.steps.len());
+        for step in plan.steps {
+            let reply = match step {
+                Step::Engine => match engine_done.next() {
+                    Some(Done::Reply(r)) => r,
+                    // may_wait is false: nothing parks inside a transaction.
+                    Some(Done::Parked(..)) | None => shutting_down(),
+                },
+                Step::Failed(e) => Reply::Error(e),
+                Step::Run(req) => self.other(conn, req).await.unwrap_or(Reply::OK),
+            };
+            replies.push(reply);
+        }
+        debug_assert!(engine_done.next().is_none());
+        conn.push(Reply::Array(replies));
+    }
+}
+
+/// Runs a request of this thread's shard inline.
+fn exec_local<S: Transport>(conn: &mut Conn<S>, r: EngineRequest) -> Done {
+    let done = conn.ctx.exec(r, true);
+    conn.note(conn.ctx.id, conn.ctx.last_lsn());
+    done
+}
+
+/// Runs requests on another shard; their replies come back as one message (none when the shard
+/// is gone, at shutdown).
+async fn remote<S: Transport>(
+    conn: &mut Conn<S>,
+    shard: usize,
+    reqs: Vec<EngineRequest>,
+    may_wait: bool,
+) -> Vec<Done> {
+    let msg = |reply| ShardMsg::Exec {
+        reqs,
+        may_wait,
+        reply,
+    };
+    match conn.g.ask(shard, msg).await {
+        Some(Durable { value, lsn }) => {
+            conn.note(shard, lsn);
+            value
+        }
+        None => Vec::new(),
+    }
+}
+
+/// NS.LIST: every shard's part, merged in name order.
+async fn ns_list<S: Transport>(conn: &mut Conn<S>, page: Page) -> Reply {
+    // Only the namespaces the user may see; filtered on the shards so that pages stay full.
+    let visible_to = conn.session.user().cloned().filter(|u| !u.sees_all());
+    let answers = conn
+        .g
+        .ask_all(|reply| ShardMsg::NsList {
+            page: page.clone(),
+            visible_to: visible_to.clone(),
+            reply,
+        })
+        .await;
+    let mut parts = Vec::with_capacity(answers.len());
+    for (shard, Durable { value, lsn }) in answers {
+        // The page may show changes of that shard that are not durable yet.
+        conn.note(shard, lsn);
+        parts.push(value);
+    }
+    ns_page_reply(merge_ns_pages(parts, &page))
+}
+
+/// INFO: every shard's figures, added up.
+async fn info_reply<S: Transport>(conn: &Conn<S>, sections: &[Bytes]) -> Reply {
+    let answers = conn.g.ask_all(|reply| ShardMsg::Info { reply }).await;
+    let parts: Vec<_> = answers.into_iter().map(|(_, p)| p).collect();
+    let totals = info::sum(&parts);
+    Reply::Verbatim(info::info_text(&conn.g, sections, totals).into())
+}
+
+fn shutting_down() -> Reply {
+    Reply::Error(Error::Err("server is shutting down".into()))
+}

@@ -1,0 +1,110 @@
+//! What travels between the server's threads: the messages of a shard thread's inbox
+//! (connections to serve, requests for its engine shard) and the answers they carry back.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::acl::User;
+use super::session::Session;
+use crate::engine::page::{Page, PageOf};
+use crate::engine::request::EngineRequest;
+use crate::engine::types::Name;
+use crate::engine::{Cancel, Counts, Stats, WaiterId};
+use crate::persist::PersistStats;
+use crate::protocol::Reply;
+
+/// A shard thread's inbox message.
+#[derive(Debug)]
+pub enum ThreadMsg {
+    /// A connection the listener accepted, to serve on this thread.
+    Accepted {
+        /// The socket, off the listener's event loop.
+        stream: std::net::TcpStream,
+        /// It came on the TLS port: the thread does the handshake first.
+        tls: bool,
+    },
+    /// A connection moving here from another shard thread (see `conn.rs`).
+    Moving(Box<Moving>),
+    /// A request for this thread's engine shard.
+    Shard(ShardMsg),
+}
+
+/// A connection between two shard threads, taken off the old one between two requests.
+#[derive(Debug)]
+pub struct Moving {
+    // Declared first, so that it drops first: the client leaves the registry before the
+    // socket closes. The socket is also detached from the registry meanwhile (clients.rs).
+    /// Who is logged in, the protocol, the registered client.
+    pub session: Session,
+    /// The socket, off the old thread's event loop.
+    pub stream: std::net::TcpStream,
+}
+
+/// A result, and the LSN of its shard's log that must be durable before the client sees it.
+#[derive(Debug)]
+pub struct Durable<T> {
+    /// The result.
+    pub value: T,
+    /// The LSN to wait for (see `Conn::note`).
+    pub lsn: u64,
+}
+
+/// The result of one engine request run by a shard.
+#[derive(Debug)]
+pub enum Done {
+    /// Answered.
+    Reply(Reply),
+    /// Parked: the reply comes on the receiver; the id cancels it.
+    Parked(oneshot::Receiver<Durable<Reply>>, WaiterId),
+}
+
+/// A request for a shard thread's engine shard; each carries the channel of its answer.
+#[derive(Debug)]
+pub enum ShardMsg {
+    /// Run requests in order (stopping after one that parks); answer with their results.
+    Exec {
+        /// Requests, all for namespaces of this shard.
+        reqs: Vec<EngineRequest>,
+        /// False inside MULTI: acquires never wait.
+        may_wait: bool,
+        /// Results, one per request run.
+        reply: oneshot::Sender<Durable<Vec<Done>>>,
+    },
+    /// Take a parked acquire out of its queue.
+    Cancel {
+        /// The parked acquire.
+        waiter: WaiterId,
+        /// Why: a disconnect drops its reply, an unblock answers it.
+        why: Cancel,
+        /// Whether it was still parked.
+        reply: oneshot::Sender<bool>,
+    },
+    /// This shard's part of an NS.LIST page.
+    NsList {
+        /// The page asked for.
+        page: Page,
+        /// Only namespaces this user may access (`None`: all).
+        visible_to: Option<Arc<User>>,
+        /// This shard's candidates.
+        reply: oneshot::Sender<Durable<PageOf<Name, (Name, Reply)>>>,
+    },
+    /// Counters and sizes for INFO.
+    Info {
+        /// Where the figures go.
+        reply: oneshot::Sender<ShardInfo>,
+    },
+}
+
+/// One shard's INFO figures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShardInfo {
+    /// Namespaces, semaphores, leases, holders, waiters.
+    pub counts: Counts,
+    /// Engine counters.
+    pub stats: Stats,
+    /// Persistence counters.
+    pub persist: PersistStats,
+    /// Commands run by the connections of this thread.
+    pub commands: u64,
+}

@@ -1,0 +1,160 @@
+//! MULTI / EXEC / DISCARD. A transaction queues resolved commands. EXEC checks each again (the
+//! ACL may have changed since it was queued), parses it, and refuses commands of several
+//! namespaces (CROSSSLOT) before anything runs. Its engine commands then run as one batch on
+//! their namespace's shard, acquires without waiting, at one instant: nothing (an expiry,
+//! another client's command) happens between two of them. This file decides what EXEC runs, as
+//! a [`Plan`]; dispatch.rs runs the plan as it runs any other request.
+
+use bytes::Bytes;
+
+use super::acl::User;
+use super::clients::Client;
+use super::global::Global;
+use super::session::check_permissions;
+use crate::command::table::Flag;
+use crate::command::{self, CommandSpec, Request};
+use crate::engine::request::EngineRequest;
+use crate::error::Error;
+use crate::protocol::Reply;
+
+/// An open transaction.
+pub struct Transaction {
+    queued: Vec<(&'static CommandSpec, Vec<Bytes>)>,
+    /// A command was refused while queueing: EXEC answers EXECABORT.
+    dirty: bool,
+}
+
+/// What EXEC runs.
+pub struct Plan {
+    /// The shard of the transaction's namespace (`None`: no engine command).
+    pub shard: Option<usize>,
+    /// The engine commands, in queue order, to run as one batch on `shard`.
+    pub engine: Vec<EngineRequest>,
+    /// One per queued command, in queue order.
+    pub steps: Vec<Step>,
+}
+
+/// One queued command of a [`Plan`].
+pub enum Step {
+    /// Answered by the next result of the engine batch.
+    Engine,
+    /// A command run by itself (NS.LIST, INFO, a surface command).
+    Run(Request),
+    /// Refused when EXEC checked it again, or when parsed.
+    Failed(Error),
+}
+
+/// MULTI.
+pub fn start(tx: &mut Option<Transaction>, client: &Client) -> Reply {
+    if tx.is_some() {
+        // As Redis: an error, and the transaction goes on.
+        return Reply::Error(Error::Err("MULTI calls can not be nested".into()));
+    }
+    *tx = Some(Transaction {
+        queued: Vec::new(),
+        dirty: false,
+    });
+    client.set_multi(Some(0));
+    Reply::OK
+}
+
+/// DISCARD.
+pub fn discard(tx: &mut Option<Transaction>, client: &Client) -> Reply {
+    if tx.take().is_none() {
+        return Reply::Error(Error::Err("DISCARD without MULTI".into()));
+    }
+    client.set_multi(None);
+    Reply::OK
+}
+
+/// EXEC's first step: ends the transaction, which may not run (never opened, or refused a
+/// command while queueing): the error then is the reply.
+pub fn take(tx: &mut Option<Transaction>, client: &Client) -> Result<Transaction, Reply> {
+    let Some(t) = tx.take() else {
+        return Err(Reply::Error(Error::Err("EXEC without MULTI".into())));
+    };
+    client.set_multi(None);
+    if t.dirty {
+        return Err(Reply::Error(Error::ExecAbort(
+            "Transaction discarded because of previous errors.".into(),
+        )));
+    }
+    Ok(t)
+}
+
+impl Transaction {
+    /// Queues a command (it runs at EXEC), or refuses one that may not run in a transaction.
+    pub fn queue(
+        &mut self,
+        spec: &'static CommandSpec,
+        argv: Vec<Bytes>,
+        client: &Client,
+    ) -> Reply {
+        if spec.flags.has(Flag::NoMulti) {
+            self.dirty = true;
+            return Reply::Error(Error::Err(
+                "Command not allowed inside a transaction".into(),
+            ));
+        }
+        self.queued.push((spec, argv));
+        client.set_multi(Some(self.queued.len()));
+        Reply::Simple("QUEUED")
+    }
+
+    /// A command was refused while queueing: EXEC will refuse the transaction.
+    pub fn abort(&mut self) {
+        self.dirty = true;
+    }
+
+    /// What EXEC runs, as `user` now (`None`: logged out meanwhile); CROSSSLOT when the engine
+    /// commands touch more than one namespace.
+    pub fn plan(self, user: Option<&User>, g: &Global) -> Result<Plan, Reply> {
+        let parsed: Vec<Result<Request, Error>> = self
+            .queued
+            .iter()
+            .map(|(spec, argv)| {
+                let Some(user) = user else {
+                    return Err(Error::NoAuth("Authentication required.".into()));
+                };
+                check_permissions(user, spec, argv).map_err(|_| {
+                    Error::NoPerm(format!(
+                        "ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following user: '{}'",
+                        user.name
+                    ))
+                })?;
+                command::parse(spec, argv, &g.limits)
+            })
+            .collect();
+        let mut namespace = None;
+        for r in parsed.iter().flatten() {
+            if let Request::Engine(e) = r {
+                if let Some(ns) = e.namespace() {
+                    if namespace.is_some_and(|n| n != ns) {
+                        return Err(Reply::Error(Error::CrossSlot(
+                            "Keys in request don't hash to the same slot".into(),
+                        )));
+                    }
+                    namespace = Some(ns);
+                }
+            }
+        }
+        let shard = namespace.map(|ns| g.shard_of(ns));
+        let mut engine = Vec::new();
+        let mut steps = Vec::with_capacity(parsed.len());
+        for r in parsed {
+            steps.push(match r {
+                Ok(Request::Engine(e)) if e.namespace().is_some() => {
+                    engine.push(e);
+                    Step::Engine
+                }
+                Ok(other) => Step::Run(other),
+                Err(e) => Step::Failed(e),
+            });
+        }
+        Ok(Plan {
+            shard,
+            engine,
+            steps,
+        })
+    }
+}

@@ -1,0 +1,211 @@
+//! The Redis surface commands: PING, AUTH, HELLO, CLIENT *, COMMAND *, CONFIG GET, ACL *,
+//! SHUTDOWN, DEBUG, ... They run on the connection's [`Session`] and the shared state, on the
+//! connection's own thread, and never wait: what needs the shards (NS.LIST, INFO) is
+//! dispatch.rs's.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use super::acl;
+use super::clients::Unblock;
+use super::global::Global;
+use super::info;
+use super::session::Session;
+use crate::command::{docs, KillFilter, Request};
+use crate::error::Error;
+use crate::protocol::{Proto, Reply};
+
+/// Runs a connection- or server-level command; `None` when nothing is to be answered.
+pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
+    Some(match req {
+        Request::Ping(None) => Reply::Simple("PONG"),
+        Request::Ping(Some(m)) | Request::Echo(m) => Reply::Bulk(m),
+        Request::Quit => {
+            s.close = true;
+            Reply::OK
+        }
+        Request::Reset => {
+            s.reset(&g.acl);
+            Reply::Simple("RESET")
+        }
+        Request::Select(0) => Reply::OK,
+        Request::Select(_) => Reply::Error(Error::Err("DB index is out of range".into())),
+        Request::Auth { user, pass } => match s.auth(&g.acl, user.as_ref(), &pass, false) {
+            Ok(()) => Reply::OK,
+            Err(e) => Reply::Error(e),
+        },
+        Request::Hello {
+            proto,
+            auth,
+            setname,
+        } => hello(s, g, proto, auth, setname),
+        Request::ClientId => Reply::Int(s.client().id() as i64),
+        Request::ClientSetName(n) => {
+            s.client().set_name(n);
+            Reply::OK
+        }
+        Request::ClientGetName => {
+            let n = s.client().name();
+            if n.is_empty() {
+                Reply::Null
+            } else {
+                Reply::Bulk(n)
+            }
+        }
+        Request::ClientSetInfo { lib_name, value } => {
+            s.client().set_lib(lib_name, value);
+            Reply::OK
+        }
+        Request::ClientInfo => Reply::Verbatim(format!("{}\n", s.client().info_line()).into()),
+        Request::ClientList(ids) => {
+            let mut text = String::new();
+            for c in g.clients.all() {
+                if ids.as_ref().is_none_or(|ids| ids.contains(&c.id())) {
+                    text.push_str(&c.info_line());
+                    text.push('\n');
+                }
+            }
+            Reply::Verbatim(text.into())
+        }
+        Request::ClientKill(f) => client_kill(s, g, &f),
+        Request::ClientUnblock { id, error } => {
+            let why = if error {
+                Unblock::Error
+            } else {
+                Unblock::Timeout
+            };
+            let unblocked = g.clients.get(id).is_some_and(|c| c.request_unblock(why));
+            Reply::Int(i64::from(unblocked))
+        }
+        Request::ClientUnsupported(what) => Reply::Error(Error::Err(format!(
+            "permitd does not support {what} (CLIENT TRACKING and related subcommands)"
+        ))),
+        Request::Command => docs::info_reply(&[]),
+        Request::CommandCount => docs::count_reply(),
+        Request::CommandInfo(names) => docs::info_reply(&names),
+        Request::CommandDocs(names) => docs::docs_reply(&names),
+        Request::CommandList => docs::list_reply(),
+        Request::CommandGetKeys(argv) => docs::getkeys_reply(&argv).into(),
+        Request::ConfigGet(patterns) => info::config_get(g, &patterns),
+        Request::AclSetUser(name, rules) => g.acl.setuser(&name, &rules).map(|()| Reply::OK).into(),
+        Request::AclDelUser(names) => match g.acl.deluser(&names) {
+            Ok(n) => {
+                // As Redis: the connections of a deleted user are closed.
+                g.clients
+                    .kill_where(|c| names.iter().any(|u| u.as_bytes() == c.user().as_ref()));
+                Reply::Int(n as i64)
+            }
+            Err(e) => Reply::Error(e),
+        },
+        Request::AclList => lines(g.acl.list()),
+        Request::AclUsers => lines(g.acl.names()),
+        Request::AclWhoami => Reply::bulk(s.client().user()),
+        Request::AclCat(None) => lines(acl::categories()),
+        Request::AclCat(Some(cat)) => {
+            if !acl::categories().contains(&cat) {
+                Reply::Error(Error::Err(format!("Unknown category '{cat}'")))
+            } else {
+                lines(
+                    acl::commands_in(&cat)
+                        .into_iter()
+                        .map(String::from)
+                        .collect(),
+                )
+            }
+        }
+        Request::AclLoad => g.acl.load().map(|()| Reply::OK).into(),
+        Request::AclSave => g.acl.save().map(|()| Reply::OK).into(),
+        Request::Shutdown => {
+            tracing::info!(client = s.client().id(), "User requested shutdown...");
+            g.begin_shutdown();
+            s.close = true;
+            return None;
+        }
+        Request::DebugPanic => debug_panic(),
+        Request::DebugHelp => Reply::Array(DEBUG_HELP.iter().map(|l| Reply::Simple(l)).collect()),
+        Request::Info(_)
+        | Request::Multi
+        | Request::Exec
+        | Request::Discard
+        | Request::Engine(_) => unreachable!("run by dispatch.rs"),
+    })
+}
+
+/// DEBUG PANIC: an invariant failure on demand, to check that one ends the process (main.rs's
+/// panic hook) and that a restart serves what was acknowledged before. The message is Redis's.
+fn debug_panic() -> ! {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    panic!("DEBUG PANIC called at Unix time {now}");
+}
+
+/// The DEBUG HELP lines (status replies, in Redis's layout).
+const DEBUG_HELP: &[&str] = &[
+    "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "PANIC",
+    "    Crash the server (the process exits; a restart replays its log).",
+    "HELP",
+    "    Print this help.",
+];
+
+fn hello(
+    s: &mut Session,
+    g: &Global,
+    proto: Option<i64>,
+    auth: Option<(Bytes, Bytes)>,
+    setname: Option<Bytes>,
+) -> Reply {
+    let p = match proto {
+        None => s.proto(),
+        Some(2) => Proto::Resp2,
+        Some(3) => Proto::Resp3,
+        Some(_) => return Reply::Error(Error::NoProto("unsupported protocol version".into())),
+    };
+    if let Some((user, pass)) = auth {
+        if let Err(e) = s.auth(&g.acl, Some(&user), &pass, true) {
+            return Reply::Error(e);
+        }
+    }
+    if !s.is_authenticated() {
+        return Reply::Error(Error::NoAuth("HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into()));
+    }
+    if let Some(n) = setname {
+        if n.iter().any(|&b| b <= b' ' || b > b'~') {
+            return Reply::Error(Error::Err(
+                "Client names cannot contain spaces, newlines or special characters.".into(),
+            ));
+        }
+        s.client().set_name(n);
+    }
+    s.set_proto(p);
+    info::hello(s.client().id(), p)
+}
+
+fn client_kill(s: &Session, g: &Global, f: &KillFilter) -> Reply {
+    let me = s.client().id();
+    let killed = g.clients.kill_where(|c| {
+        f.id.is_none_or(|id| id == c.id())
+            && f.addr
+                .as_ref()
+                .is_none_or(|a| a.as_ref() == c.addr().to_string().as_bytes())
+            && f.laddr
+                .as_ref()
+                .is_none_or(|a| a.as_ref() == c.laddr().to_string().as_bytes())
+            && f.user.as_ref().is_none_or(|u| *u == c.user())
+            && !(f.skipme && c.id() == me)
+    }) as i64;
+    if f.old_form {
+        if killed == 0 {
+            return Reply::Error(Error::Err("No such client".into()));
+        }
+        return Reply::OK;
+    }
+    Reply::Int(killed)
+}
+
+/// An array of bulk strings.
+fn lines(items: Vec<String>) -> Reply {
+    Reply::Array(items.into_iter().map(Reply::bulk).collect())
+}
