@@ -10,7 +10,7 @@ pub mod table;
 
 use bytes::Bytes;
 
-pub use request::{KillFilter, Request};
+pub use request::{KillFilter, Request, SessionRequest, Txn};
 pub use table::{Cmd, CommandSpec};
 
 use crate::engine::request::EngineRequest;
@@ -58,9 +58,11 @@ pub fn resolve(argv: &[Bytes]) -> Result<&'static CommandSpec, Error> {
 pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Request, Error> {
     use Cmd as C;
     let a = argv;
+    use SessionRequest as S;
     let engine = |parse: fn(&[Bytes], &Limits) -> Result<EngineRequest, Error>| {
         parse(a, limits).map(Request::Engine)
     };
+    let session = |r: SessionRequest| -> Result<Request, Error> { Ok(Request::Session(r)) };
     match spec.cmd {
         C::NsCreate => engine(engine::ns_create),
         C::NsGet => engine(engine::ns_get),
@@ -80,48 +82,46 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::LeaseList => engine(engine::lease_list),
         C::LeaseRefresh => engine(engine::lease_refresh),
         C::LeaseRevoke => engine(engine::lease_revoke),
-        C::Ping => surface::ping(a),
-        C::Echo => Ok(Request::Echo(a[1].clone())),
-        C::Quit => Ok(Request::Quit),
-        C::Reset => Ok(Request::Reset),
-        C::Select => Ok(Request::Select(args::int(&a[1])?)),
-        C::Auth => surface::auth(a),
-        C::Hello => surface::hello(a),
-        C::ClientId => Ok(Request::ClientId),
-        C::ClientSetName => surface::client_setname(a),
-        C::ClientGetName => Ok(Request::ClientGetName),
-        C::ClientSetInfo => surface::client_setinfo(a),
-        C::ClientInfo => Ok(Request::ClientInfo),
-        C::ClientList => surface::client_list(a),
-        C::ClientKill => surface::client_kill(&a[2..]).map(Request::ClientKill),
-        C::ClientUnblock => surface::client_unblock(a),
-        C::ClientUnsupported => Ok(Request::ClientUnsupported("client-side caching")),
-        C::Command => Ok(Request::Command),
-        C::CommandCount => Ok(Request::CommandCount),
-        C::CommandInfo => Ok(Request::CommandInfo(a[2..].to_vec())),
-        C::CommandDocs => Ok(Request::CommandDocs(a[2..].to_vec())),
-        C::CommandList => Ok(Request::CommandList),
-        C::CommandGetKeys => Ok(Request::CommandGetKeys(a[2..].to_vec())),
+        C::Ping => surface::ping(a).map(Request::Session),
+        C::Echo => session(S::Echo(a[1].clone())),
+        C::Quit => session(S::Quit),
+        C::Reset => session(S::Reset),
+        C::Select => session(S::Select(args::int(&a[1])?)),
+        C::Auth => surface::auth(a).map(Request::Session),
+        C::Hello => surface::hello(a).map(Request::Session),
+        C::ClientId => session(S::ClientId),
+        C::ClientSetName => surface::client_setname(a).map(Request::Session),
+        C::ClientGetName => session(S::ClientGetName),
+        C::ClientSetInfo => surface::client_setinfo(a).map(Request::Session),
+        C::ClientInfo => session(S::ClientInfo),
+        C::ClientList => surface::client_list(a).map(Request::Session),
+        C::ClientKill => surface::client_kill(&a[2..]).map(|f| Request::Session(S::ClientKill(f))),
+        C::ClientUnblock => surface::client_unblock(a).map(Request::Session),
+        C::ClientUnsupported => session(S::ClientUnsupported("client-side caching")),
+        C::Command => session(S::Command),
+        C::CommandCount => session(S::CommandCount),
+        C::CommandInfo => session(S::CommandInfo(a[2..].to_vec())),
+        C::CommandDocs => session(S::CommandDocs(a[2..].to_vec())),
+        C::CommandList => session(S::CommandList),
+        C::CommandGetKeys => session(S::CommandGetKeys(a[2..].to_vec())),
         C::Info => Ok(Request::Info(a[1..].to_vec())),
-        C::ConfigGet => Ok(Request::ConfigGet(a[2..].to_vec())),
-        C::AclSetUser => Ok(Request::AclSetUser(
+        C::ConfigGet => session(S::ConfigGet(a[2..].to_vec())),
+        C::AclSetUser => session(S::AclSetUser(
             surface::text(&a[2]),
             a[3..].iter().map(surface::text).collect(),
         )),
-        C::AclDelUser => Ok(Request::AclDelUser(
-            a[2..].iter().map(surface::text).collect(),
-        )),
-        C::AclList => Ok(Request::AclList),
-        C::AclUsers => Ok(Request::AclUsers),
-        C::AclWhoami => Ok(Request::AclWhoami),
-        C::AclCat => surface::acl_cat(a),
-        C::AclLoad => Ok(Request::AclLoad),
-        C::AclSave => Ok(Request::AclSave),
-        C::Shutdown => surface::shutdown(a),
-        C::Debug => surface::debug(a),
-        C::Multi => Ok(Request::Multi),
-        C::Exec => Ok(Request::Exec),
-        C::Discard => Ok(Request::Discard),
+        C::AclDelUser => session(S::AclDelUser(a[2..].iter().map(surface::text).collect())),
+        C::AclList => session(S::AclList),
+        C::AclUsers => session(S::AclUsers),
+        C::AclWhoami => session(S::AclWhoami),
+        C::AclCat => surface::acl_cat(a).map(Request::Session),
+        C::AclLoad => session(S::AclLoad),
+        C::AclSave => session(S::AclSave),
+        C::Shutdown => surface::shutdown(a).map(Request::Session),
+        C::Debug => surface::debug(a).map(Request::Session),
+        C::Multi => Ok(Request::Txn(Txn::Multi)),
+        C::Exec => Ok(Request::Txn(Txn::Exec)),
+        C::Discard => Ok(Request::Txn(Txn::Discard)),
         // `resolve` never returns a container without its subcommand (their arity needs one);
         // were it to, the client gets the arity error rather than the server a panic.
         C::Client | C::Config | C::Acl => Err(Error::wrong_arity(spec.name)),

@@ -1,5 +1,5 @@
-//! What a validated command asks for: the engine's request, or a connection- or server-level
-//! request that the server answers itself.
+//! What a validated command asks for, by who answers it: the engine (on a namespace's shard),
+//! the transaction machinery, every shard at once (INFO), or the connection's own session.
 
 use bytes::Bytes;
 
@@ -8,8 +8,29 @@ use crate::engine::request::EngineRequest;
 /// A validated request of any kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
-    /// A SEM./NS./LEASE. command, run on its namespace's shard.
+    /// A SEM./NS./LEASE. command, run on its namespace's shard (NS.LIST: on every shard).
     Engine(EngineRequest),
+    /// MULTI, EXEC or DISCARD.
+    Txn(Txn),
+    /// `INFO [section ...]`: every shard's figures, merged.
+    Info(Vec<Bytes>),
+    /// A connection- or server-level command, answered by the connection's session.
+    Session(SessionRequest),
+}
+
+/// A transaction command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Txn {
+    Multi,
+    Exec,
+    Discard,
+}
+
+/// A Redis surface command that the connection's session answers (PING, AUTH, CLIENT, ACL,
+/// COMMAND, CONFIG GET, SHUTDOWN, DEBUG, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionRequest {
     /// `PING [message]`.
     Ping(Option<Bytes>),
     /// `ECHO message`.
@@ -76,8 +97,6 @@ pub enum Request {
     CommandList,
     /// `COMMAND GETKEYS command arg ...`.
     CommandGetKeys(Vec<Bytes>),
-    /// `INFO [section ...]`.
-    Info(Vec<Bytes>),
     /// `CONFIG GET pattern ...`.
     ConfigGet(Vec<Bytes>),
     /// `ACL SETUSER name rule ...`.
@@ -102,12 +121,6 @@ pub enum Request {
     DebugPanic,
     /// `DEBUG HELP`.
     DebugHelp,
-    /// `MULTI`.
-    Multi,
-    /// `EXEC`.
-    Exec,
-    /// `DISCARD`.
-    Discard,
 }
 
 /// Which clients `CLIENT KILL` ends.

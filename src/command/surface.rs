@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use super::args;
-use super::request::{KillFilter, Request};
+use super::request::{KillFilter, SessionRequest as Request};
 use crate::error::Error;
 
 /// Words as text, for ACL rules and user names (Redis treats them as C strings too).

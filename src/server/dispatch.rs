@@ -18,7 +18,7 @@ use super::multi::{self, Step, Transaction};
 use super::session::check_permissions;
 use super::surface;
 use crate::command::table::Flag;
-use crate::command::{self, Cmd, Request};
+use crate::command::{self, Cmd, Request, SessionRequest};
 use crate::engine::page::Page;
 use crate::engine::request::EngineRequest;
 use crate::engine::shard::{merge_ns_pages, ns_page_reply};
@@ -124,9 +124,9 @@ impl Dispatch {
 
     async fn engine<S: Transport>(&mut self, conn: &mut Conn<S>, r: EngineRequest) {
         let Some(ns) = r.namespace() else {
+            // NS.LIST, which every shard answers.
             self.flush_batch(conn).await;
-            if let EngineRequest::NsList(list) = r {
-                let reply = ns_list(conn, list.page).await;
+            if let Some(reply) = self.other(conn, Request::Engine(r)).await {
                 conn.push(reply);
             }
             return;
@@ -180,13 +180,26 @@ impl Dispatch {
     async fn other<S: Transport>(&mut self, conn: &mut Conn<S>, req: Request) -> Option<Reply> {
         Some(match req {
             Request::Engine(EngineRequest::NsList(list)) => ns_list(conn, list.page).await,
+            // EXEC sends these to their shard as one batch; one run alone gets its reply here.
+            Request::Engine(r) => {
+                let shard = r.namespace().map_or(conn.ctx.id, |ns| conn.g.shard_of(ns));
+                match on_shard(conn, shard, vec![r], false).await.pop() {
+                    Some(Done::Reply(reply)) => reply,
+                    Some(Done::Parked(..)) | None => shutting_down(),
+                }
+            }
             Request::Info(sections) => info_reply(conn, &sections).await,
-            Request::Reset => {
+            // `command` runs these before anything is parsed or queued, so EXEC's queue never
+            // holds one; were one to get here, the client gets Redis's answer to a nested one.
+            Request::Txn(_) => Reply::Error(Error::Err(
+                "Command not allowed inside a transaction".into(),
+            )),
+            Request::Session(SessionRequest::Reset) => {
                 self.multi = None;
                 conn.session.client().set_multi(None);
-                return surface::run(&mut conn.session, &conn.g, Request::Reset);
+                return surface::run(&mut conn.session, &conn.g, SessionRequest::Reset);
             }
-            other => return surface::run(&mut conn.session, &conn.g, other),
+            Request::Session(req) => return surface::run(&mut conn.session, &conn.g, req),
         })
     }
 
@@ -204,12 +217,7 @@ impl Dispatch {
             Err(reply) => return conn.push(reply),
         };
         let mut engine_done = match plan.shard {
-            Some(s) if s == conn.ctx.id => {
-                let done = conn.ctx.exec_batch(plan.engine, false);
-                conn.note(s, conn.ctx.last_lsn());
-                done
-            }
-            Some(s) => remote(conn, s, plan.engine, false).await,
+            Some(s) => on_shard(conn, s, plan.engine, false).await,
             None => Vec::new(),
         }
         .into_iter();
@@ -235,6 +243,22 @@ impl Dispatch {
 fn exec_local<S: Transport>(conn: &mut Conn<S>, r: EngineRequest) -> Done {
     let done = conn.ctx.exec(r, true);
     conn.note(conn.ctx.id, conn.ctx.last_lsn());
+    done
+}
+
+/// Runs requests of `shard` in order, inline when it is this thread's (none when the shard is
+/// gone, at shutdown).
+async fn on_shard<S: Transport>(
+    conn: &mut Conn<S>,
+    shard: usize,
+    reqs: Vec<EngineRequest>,
+    may_wait: bool,
+) -> Vec<Done> {
+    if shard != conn.ctx.id {
+        return remote(conn, shard, reqs, may_wait).await;
+    }
+    let done = conn.ctx.exec_batch(reqs, may_wait);
+    conn.note(shard, conn.ctx.last_lsn());
     done
 }
 

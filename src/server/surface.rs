@@ -12,7 +12,7 @@ use super::clients::Unblock;
 use super::global::Global;
 use super::info;
 use super::session::Session;
-use crate::command::{docs, KillFilter, Request};
+use crate::command::{docs, KillFilter, SessionRequest as Request};
 use crate::error::Error;
 use crate::protocol::{Proto, Reply};
 
@@ -124,11 +124,6 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         }
         Request::DebugPanic => debug_panic(),
         Request::DebugHelp => Reply::Array(DEBUG_HELP.iter().map(|l| Reply::Simple(l)).collect()),
-        Request::Info(_)
-        | Request::Multi
-        | Request::Exec
-        | Request::Discard
-        | Request::Engine(_) => unreachable!("run by dispatch.rs"),
     })
 }
 
