@@ -1,11 +1,11 @@
-//! The Rust client helper (`permitd::client`) against a real server over real sockets.
+//! The Rust client helper (`permitd_client`) against a real server over real sockets.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{call, field, int, ok, Server};
-use permitd::client::{Heartbeat, Lease, Outcome, Semaphore};
+use permitd_client::{Heartbeat, Lease, Outcome, Semaphore};
 
 /// A connection whose response timeout is above any acquire timeout used here.
 async fn conn(server: &Server) -> redis::aio::MultiplexedConnection {
