@@ -1,6 +1,7 @@
 //! Shared harness for the integration tests: starts the real `permitd` binary on a free
 //! loopback port with its own data directory, and gives tests real clients for it (the `redis`
-//! crate, and raw TCP sockets for wire-level checks, read with the client crate's reply reader).
+//! crate, and raw TCP sockets for wire-level checks, read with the client crate's reply reader),
+//! and the helpers several test files use.
 //!
 //! Each test file includes it with `mod common;`. Not every file uses every helper, hence the
 //! `dead_code` allowance below.
@@ -16,6 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+// Not every test file uses it (as with `dead_code` above).
+#[allow(unused_imports)]
+pub use permitd_client::now_ns;
 use permitd_client::resp::ReadError;
 /// A reply read off a raw socket, RESP2 or RESP3.
 pub use permitd_client::resp::Value as Resp;
@@ -435,6 +439,107 @@ pub fn fails(con: &mut redis::Connection, args: &[&str]) -> String {
         Ok(v) => panic!("{args:?} should have failed, got {v:?}"),
         Err(e) => err_text(&e),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Semaphores, leases and INFO, as several test files read them.
+// ---------------------------------------------------------------------------------------------
+
+/// NS.CREATE ns, SEM.CREATE ns sem permits.
+pub fn setup(con: &mut redis::Connection, ns: &str, sem: &str, permits: u32) {
+    ok(con, &["NS.CREATE", ns]);
+    ok(con, &["SEM.CREATE", ns, sem, &permits.to_string()]);
+}
+
+/// LEASE.CREATE ns process ttl, returning the lease id.
+pub fn lease(con: &mut redis::Connection, ns: &str, process: &str, ttl: u32) -> String {
+    let v = ok(con, &["LEASE.CREATE", ns, process, &ttl.to_string()]);
+    let id = text(&field(&v, "lease_id"));
+    assert!(id.starts_with("ls_"), "lease id shape: {id:?}");
+    id
+}
+
+/// Acquires at once (timeout 0), which must succeed, and returns the fencing token.
+pub fn acquire_now(
+    con: &mut redis::Connection,
+    ns: &str,
+    sem: &str,
+    lease: &str,
+    weight: u32,
+) -> i64 {
+    let r = ok(
+        con,
+        &["SEM.ACQUIRE", ns, sem, lease, &weight.to_string(), "0"],
+    );
+    assert_eq!(
+        text(&field(&r, "outcome")),
+        "ACQUIRE_OUTCOME_ACQUIRED",
+        "immediate acquire: {r:?}"
+    );
+    int(&field(&r, "fencing_token"))
+}
+
+/// The permits in use on a semaphore (SEM.GET's `active_holds`).
+pub fn active_holds(con: &mut redis::Connection, ns: &str, sem: &str) -> i64 {
+    int(&field(&ok(con, &["SEM.GET", ns, sem]), "active_holds"))
+}
+
+/// The holder entities of a semaphore (SEM.HOLDERS, first page), oldest first.
+fn holder_entries(con: &mut redis::Connection, ns: &str, sem: &str) -> Vec<Value> {
+    items(&field(&ok(con, &["SEM.HOLDERS", ns, sem]), "holders"))
+}
+
+/// The (lease_id, weight) of every holder of a semaphore, oldest first.
+pub fn holders(con: &mut redis::Connection, ns: &str, sem: &str) -> Vec<(String, i64)> {
+    holder_entries(con, ns, sem)
+        .iter()
+        .map(|h| (text(&field(h, "lease_id")), int(&field(h, "weight"))))
+        .collect()
+}
+
+/// The (lease_id, weight, fencing_token) of every holder of a semaphore, oldest first.
+pub fn holders_with_tokens(
+    con: &mut redis::Connection,
+    ns: &str,
+    sem: &str,
+) -> Vec<(String, i64, i64)> {
+    holder_entries(con, ns, sem)
+        .iter()
+        .map(|h| {
+            (
+                text(&field(h, "lease_id")),
+                int(&field(h, "weight")),
+                int(&field(h, "fencing_token")),
+            )
+        })
+        .collect()
+}
+
+/// The value of `key` in the text of an INFO reply (its `key:value` lines).
+pub fn info_value(info: &str, key: &str) -> Option<String> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .map(|v| v.trim().to_string())
+}
+
+/// The value of `key` in the server's INFO now; panics naming the key when INFO lacks it.
+pub fn info_text(con: &mut redis::Connection, key: &str) -> String {
+    let info = text(&ok(con, &["INFO"]));
+    info_value(&info, key).unwrap_or_else(|| panic!("{key} missing in INFO:\n{info}"))
+}
+
+/// A number of the server's INFO now.
+pub fn info_int(con: &mut redis::Connection, key: &str) -> i64 {
+    let v = info_text(con, key);
+    v.parse()
+        .unwrap_or_else(|_| panic!("INFO {key}:{v} is not a number"))
+}
+
+/// A field of an entity reply read off a raw socket; panics naming the field when it is missing.
+pub fn resp_field<'a>(reply: &'a Resp, name: &str) -> &'a Resp {
+    reply
+        .field(name)
+        .unwrap_or_else(|| panic!("field {name:?} missing in {reply:?}"))
 }
 
 // ---------------------------------------------------------------------------------------------
