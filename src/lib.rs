@@ -7,7 +7,6 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
-pub mod client;
 pub mod command;
 pub mod config;
 pub mod glob;

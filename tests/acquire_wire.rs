@@ -29,20 +29,6 @@ const PROMPT: Duration = Duration::from_secs(10);
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-/// NS.CREATE ns, SEM.CREATE ns sem permits.
-fn setup(con: &mut redis::Connection, ns: &str, sem: &str, permits: u32) {
-    ok(con, &["NS.CREATE", ns]);
-    ok(con, &["SEM.CREATE", ns, sem, &permits.to_string()]);
-}
-
-/// LEASE.CREATE ns process ttl, returning the lease id.
-fn lease(con: &mut redis::Connection, ns: &str, process: &str, ttl: u32) -> String {
-    let v = ok(con, &["LEASE.CREATE", ns, process, &ttl.to_string()]);
-    let id = text(&field(&v, "lease_id"));
-    assert!(id.starts_with("ls_"), "lease id shape: {id:?}");
-    id
-}
-
 fn acquire(
     con: &mut redis::Connection,
     ns: &str,
@@ -63,14 +49,6 @@ fn outcome(reply: &Value) -> String {
 
 fn token(reply: &Value) -> i64 {
     int(&field(reply, "fencing_token"))
-}
-
-/// Acquires at once (timeout 0) and returns the fencing token.
-fn acquire_now(con: &mut redis::Connection, ns: &str, sem: &str, lease: &str, weight: u32) -> i64 {
-    let r = acquire(con, ns, sem, lease, weight, "0")
-        .unwrap_or_else(|e| panic!("acquire failed: {}", err_text(&e)));
-    assert_eq!(outcome(&r), ACQUIRED, "immediate acquire: {r:?}");
-    token(&r)
 }
 
 fn sem_get(con: &mut redis::Connection, ns: &str, sem: &str) -> Value {
@@ -164,17 +142,6 @@ fn join_err(h: Parked) -> (String, Duration) {
         Ok(v) => panic!("parked acquire should have failed, got {v:?}"),
         Err(e) => (err_text(&e), el),
     }
-}
-
-/// A field of a RESP2 flat array read off a raw socket.
-fn resp_field<'a>(reply: &'a Resp, name: &str) -> &'a Resp {
-    let Resp::Array(Some(a)) = reply else {
-        panic!("expected a flat array reply, got {reply:?}");
-    };
-    a.chunks(2)
-        .find(|p| p[0] == Resp::Bulk(Some(name.as_bytes().to_vec())))
-        .map(|p| &p[1])
-        .unwrap_or_else(|| panic!("field {name:?} missing in {reply:?}"))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,11 +1,11 @@
-//! The Rust client helper (`permitd::client`) against a real server over real sockets.
+//! The Rust client helper (`permitd_client`) against a real server over real sockets.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{call, field, int, ok, Server};
-use permitd::client::{Heartbeat, Lease, Outcome, Semaphore};
+use common::{active_holds, call, ok, setup, Server};
+use permitd_client::{Heartbeat, Lease, Outcome, Semaphore};
 
 /// A connection whose response timeout is above any acquire timeout used here.
 async fn conn(server: &Server) -> redis::aio::MultiplexedConnection {
@@ -17,24 +17,10 @@ async fn conn(server: &Server) -> redis::aio::MultiplexedConnection {
         .expect("connect")
 }
 
-fn setup(server: &Server, permits: &str) {
-    let mut c = server.conn();
-    ok(&mut c, &["NS.CREATE", "team"]);
-    ok(&mut c, &["SEM.CREATE", "team", "db", permits]);
-}
-
-fn active_holds(server: &Server) -> i64 {
-    let mut c = server.conn();
-    int(&field(
-        &ok(&mut c, &["SEM.GET", "team", "db"]),
-        "active_holds",
-    ))
-}
-
 #[tokio::test]
 async fn with_permit_runs_the_work_with_a_token_and_always_releases() {
     let server = Server::start();
-    setup(&server, "2");
+    setup(&mut server.conn(), "team", "db", 2);
     let mut c = conn(&server).await;
     let lease = Lease::create(&mut c, "team", "worker-1", 30).await.unwrap();
     assert!(lease.id.starts_with("ls_") && lease.id.len() == 31);
@@ -48,7 +34,7 @@ async fn with_permit_runs_the_work_with_a_token_and_always_releases() {
             Duration::from_secs(1),
             |token| async move {
                 // While the work runs, the permits are held.
-                (token, active_holds(srv))
+                (token, active_holds(&mut srv.conn(), "team", "db"))
             },
         )
         .await
@@ -56,13 +42,17 @@ async fn with_permit_runs_the_work_with_a_token_and_always_releases() {
         .expect("acquired");
     assert!(seen.0 > 0, "a fencing token is handed to the work");
     assert_eq!(seen.1, 2, "held during the work");
-    assert_eq!(active_holds(&server), 0, "released after the work");
+    assert_eq!(
+        active_holds(&mut server.conn(), "team", "db"),
+        0,
+        "released after the work"
+    );
 }
 
 #[tokio::test]
 async fn acquire_reports_unavailable_and_timed_out_without_running_work() {
     let server = Server::start();
-    setup(&server, "1");
+    setup(&mut server.conn(), "team", "db", 1);
     let mut c = conn(&server).await;
     let holder = Lease::create(&mut c, "team", "a", 30).await.unwrap();
     let other = Lease::create(&mut c, "team", "b", 30).await.unwrap();
@@ -85,13 +75,17 @@ async fn acquire_reports_unavailable_and_timed_out_without_running_work() {
         ran, None,
         "not acquired within the timeout: the work does not run"
     );
-    assert_eq!(active_holds(&server), 1, "the holder keeps its permit");
+    assert_eq!(
+        active_holds(&mut server.conn(), "team", "db"),
+        1,
+        "the holder keeps its permit"
+    );
 }
 
 #[tokio::test]
 async fn heartbeat_keeps_a_lease_alive_and_reports_its_loss() {
     let server = Server::start();
-    setup(&server, "1");
+    setup(&mut server.conn(), "team", "db", 1);
     let mut c = conn(&server).await;
     let lease = Lease::create(&mut c, "team", "worker-1", 1).await.unwrap();
     let db = Semaphore::new("team", "db");
@@ -102,7 +96,7 @@ async fn heartbeat_keeps_a_lease_alive_and_reports_its_loss() {
     assert!(!hb.is_lost());
     let mut sync = server.conn();
     assert!(call(&mut sync, &["LEASE.GET", "team", &lease.id]).is_ok());
-    assert_eq!(active_holds(&server), 1);
+    assert_eq!(active_holds(&mut server.conn(), "team", "db"), 1);
     // Revoked elsewhere: the next refresh finds it gone and reports it.
     ok(&mut sync, &["LEASE.REVOKE", "team", &lease.id]);
     let reason = tokio::time::timeout(Duration::from_secs(5), hb.lost())
@@ -115,7 +109,7 @@ async fn heartbeat_keeps_a_lease_alive_and_reports_its_loss() {
 #[tokio::test]
 async fn without_a_heartbeat_the_lease_expires() {
     let server = Server::start();
-    setup(&server, "1");
+    setup(&mut server.conn(), "team", "db", 1);
     let mut c = conn(&server).await;
     let lease = Lease::create(&mut c, "team", "worker-1", 1).await.unwrap();
     Semaphore::new("team", "db")
@@ -124,7 +118,7 @@ async fn without_a_heartbeat_the_lease_expires() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
-        active_holds(&server),
+        active_holds(&mut server.conn(), "team", "db"),
         0,
         "the expired lease's permit is free"
     );

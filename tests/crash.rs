@@ -42,7 +42,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::*;
 use redis::Value;
@@ -58,13 +58,6 @@ const UNAVAILABLE: &str = "ACQUIRE_OUTCOME_UNAVAILABLE";
 const MAX_NAMESPACES: usize = 8;
 const MAX_SEMAPHORES: usize = 40;
 const MAX_LONG_LEASES_PER_WORKER: usize = 12;
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos() as i64
-}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)

@@ -228,26 +228,37 @@ fn field<'a>(r: &'a Reply, key: &str) -> Option<&'a Reply> {
     r.field(key)
 }
 
-fn int(r: &Reply, key: &str) -> i64 {
-    match field(r, key) {
-        Some(Reply::Int(i)) => *i,
-        other => panic!("{key}: {other:?} in {r:?}"),
+/// A reply as a client reads it (the client crate's reader, as in the wire tests and the tools).
+type Wire = permitd_client::resp::Value;
+
+/// The engine's reply as a RESP3 client reads it: encoded for the wire and read back.
+fn wire(r: &Reply) -> Wire {
+    let mut out = bytes::BytesMut::with_capacity(1024);
+    r.encode(permitd::protocol::Proto::Resp3, &mut out);
+    let (v, _) = Wire::parse(&out).expect("the engine's replies are valid RESP3");
+    v
+}
+
+fn int(v: &Wire, key: &str) -> i64 {
+    v.int_field(key)
+        .unwrap_or_else(|| panic!("{key}: {:?} in {v:?}", v.field(key)))
+}
+
+fn bulk(v: &Wire, key: &str) -> Bytes {
+    match v.field(key) {
+        Some(Wire::Bulk(Some(b))) => Bytes::copy_from_slice(b),
+        other => panic!("{key}: {other:?} in {v:?}"),
     }
 }
 
-fn bulk(r: &Reply, key: &str) -> Bytes {
-    match field(r, key) {
-        Some(Reply::Bulk(b)) => b.clone(),
-        other => panic!("{key}: {other:?} in {r:?}"),
-    }
-}
-
-fn meta_of(r: &Reply) -> Vec<(Bytes, Bytes)> {
-    match field(r, "metadata") {
-        Some(Reply::Map(pairs)) => pairs
+fn meta_of(v: &Wire) -> Vec<(Bytes, Bytes)> {
+    match v.field("metadata") {
+        Some(Wire::Map(pairs)) => pairs
             .iter()
             .map(|(k, v)| match (k, v) {
-                (Reply::Bulk(k), Reply::Bulk(v)) => (k.clone(), v.clone()),
+                (Wire::Bulk(Some(k)), Wire::Bulk(Some(v))) => {
+                    (Bytes::copy_from_slice(k), Bytes::copy_from_slice(v))
+                }
                 other => panic!("metadata entry {other:?}"),
             })
             .collect(),
@@ -256,38 +267,47 @@ fn meta_of(r: &Reply) -> Vec<(Bytes, Bytes)> {
 }
 
 fn sem_fields(r: &Reply) -> SemFields {
+    sem_of(&wire(r))
+}
+
+fn sem_of(v: &Wire) -> SemFields {
     SemFields {
-        name: String::from_utf8(bulk(r, "name").to_vec()).unwrap(),
-        description: bulk(r, "description"),
-        metadata: meta_of(r),
-        permits: int(r, "permits"),
-        active_holds: int(r, "active_holds"),
-        holders: int(r, "active_holders_count"),
-        version: int(r, "version"),
-        created_at: int(r, "created_at"),
-        updated_at: int(r, "updated_at"),
-        last_activity_at: int(r, "last_activity_at"),
+        name: String::from_utf8(bulk(v, "name").to_vec()).unwrap(),
+        description: bulk(v, "description"),
+        metadata: meta_of(v),
+        permits: int(v, "permits"),
+        active_holds: int(v, "active_holds"),
+        holders: int(v, "active_holders_count"),
+        version: int(v, "version"),
+        created_at: int(v, "created_at"),
+        updated_at: int(v, "updated_at"),
+        last_activity_at: int(v, "last_activity_at"),
     }
 }
 
 fn lease_fields(r: &Reply) -> LeaseFields {
+    lease_of(&wire(r))
+}
+
+fn lease_of(v: &Wire) -> LeaseFields {
     LeaseFields {
-        id: bulk(r, "lease_id"),
-        process: bulk(r, "process_id"),
-        created_at: int(r, "created_at"),
-        expires_at: int(r, "expires_at"),
+        id: bulk(v, "lease_id"),
+        process: bulk(v, "process_id"),
+        created_at: int(v, "created_at"),
+        expires_at: int(v, "expires_at"),
     }
 }
 
 fn holder_fields(r: &Reply) -> HolderFields {
+    let v = wire(r);
     HolderFields {
-        lease: bulk(r, "lease_id"),
-        process: bulk(r, "process_id"),
-        weight: int(r, "weight"),
-        locked_at: int(r, "locked_at"),
-        expires_at: int(r, "expires_at"),
-        token: int(r, "fencing_token"),
-        metadata: meta_of(r),
+        lease: bulk(&v, "lease_id"),
+        process: bulk(&v, "process_id"),
+        weight: int(&v, "weight"),
+        locked_at: int(&v, "locked_at"),
+        expires_at: int(&v, "expires_at"),
+        token: int(&v, "fencing_token"),
+        metadata: meta_of(&v),
     }
 }
 
@@ -316,23 +336,27 @@ fn kind_of(msg: &str) -> &'static str {
 }
 
 fn decode(r: &Reply) -> Got {
-    match r {
-        Reply::Error(e) => Got::Err(Fail {
-            code: e.code().into(),
-            kind: kind_of(e.message()),
-        }),
-        Reply::Simple("OK") => Got::Ok,
-        Reply::Map(_) if field(r, "outcome").is_some() => Got::Acquire {
-            outcome: String::from_utf8(bulk(r, "outcome").to_vec()).unwrap(),
-            token: field(r, "fencing_token").map(|_| int(r, "fencing_token")),
-            sem: sem_fields(field(r, "semaphore").unwrap()),
+    let v = wire(r);
+    match &v {
+        Wire::Error(line) => {
+            let (code, message) = line.split_once(' ').unwrap_or((line, ""));
+            Got::Err(Fail {
+                code: code.into(),
+                kind: kind_of(message),
+            })
+        }
+        Wire::Simple(s) if s == "OK" => Got::Ok,
+        Wire::Map(_) if v.field("outcome").is_some() => Got::Acquire {
+            outcome: String::from_utf8(bulk(&v, "outcome").to_vec()).unwrap(),
+            token: v.field("fencing_token").map(|_| int(&v, "fencing_token")),
+            sem: sem_of(v.field("semaphore").unwrap()),
         },
-        Reply::Map(_) if field(r, "permits").is_some() => Got::Sem(sem_fields(r)),
-        Reply::Map(_) if field(r, "lease_id").is_some() => Got::Lease(lease_fields(r)),
-        Reply::Map(_) if field(r, "name").is_some() => Got::Ns {
-            version: int(r, "version"),
-            created_at: int(r, "created_at"),
-            updated_at: int(r, "updated_at"),
+        Wire::Map(_) if v.field("permits").is_some() => Got::Sem(sem_of(&v)),
+        Wire::Map(_) if v.field("lease_id").is_some() => Got::Lease(lease_of(&v)),
+        Wire::Map(_) if v.field("name").is_some() => Got::Ns {
+            version: int(&v, "version"),
+            created_at: int(&v, "created_at"),
+            updated_at: int(&v, "updated_at"),
         },
         other => panic!("unexpected reply {other:?}"),
     }

@@ -4,17 +4,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::*;
 use redis::Value;
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64
-}
 
 fn strings(v: &Value) -> Vec<String> {
     items(v).iter().map(text).collect()
@@ -740,12 +733,6 @@ fn command_docs_has_summary_and_arguments() {
 // ---------------------------------------------------------------------------------------------
 // INFO, CONFIG GET
 // ---------------------------------------------------------------------------------------------
-
-fn info_value(info: &str, key: &str) -> Option<String> {
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}:")))
-        .map(|v| v.trim().to_string())
-}
 
 #[test]
 fn info_sections() {

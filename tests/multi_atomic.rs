@@ -10,18 +10,11 @@ mod common;
 
 use std::io::Write;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{field, int, ok, text, Resp, Server};
+use common::{field, int, now_ns, ok, text, Resp, Server};
 
 const GETS: usize = 4000;
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64
-}
 
 /// Queues MULTI + `GETS` x SEM.GET on `raw` (without EXEC) and reads the QUEUED replies.
 fn queue(raw: &mut common::RawConn) {

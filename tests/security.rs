@@ -67,37 +67,6 @@ fn acl_users(con: &mut redis::Connection) -> BTreeSet<String> {
         .collect()
 }
 
-/// LEASE.CREATE, returning the lease id.
-fn lease(con: &mut redis::Connection, ns: &str, process: &str) -> String {
-    let v = ok(con, &["LEASE.CREATE", ns, process, "60"]);
-    let id = text(&field(&v, "lease_id"));
-    assert!(id.starts_with("ls_"), "lease id shape: {id:?}");
-    id
-}
-
-/// The (lease_id, weight) of every holder of a semaphore, oldest first.
-fn holders(con: &mut redis::Connection, ns: &str, sem: &str) -> Vec<(String, i64)> {
-    let page = ok(con, &["SEM.HOLDERS", ns, sem]);
-    items(&field(&page, "holders"))
-        .iter()
-        .map(|h| (text(&field(h, "lease_id")), int(&field(h, "weight"))))
-        .collect()
-}
-
-fn active_holds(con: &mut redis::Connection, ns: &str, sem: &str) -> i64 {
-    int(&field(&ok(con, &["SEM.GET", ns, sem]), "active_holds"))
-}
-
-/// A value of an INFO field.
-fn info_value(con: &mut redis::Connection, key: &str) -> String {
-    let info = text(&ok(con, &["INFO"]));
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}:")))
-        .unwrap_or_else(|| panic!("{key} missing in INFO:\n{info}"))
-        .trim()
-        .to_string()
-}
-
 /// A plain TCP connection to `server` whose source address is `from` (e.g. 127.0.0.2: Linux
 /// accepts any 127/8 address on loopback).
 fn connect_from(from: Ipv4Addr, server: SocketAddr) -> TcpStream {
@@ -281,7 +250,7 @@ fn a_user_confined_to_team_a_cannot_touch_team_b() {
     // team-b-x, made by the admin: a semaphore with one holder.
     ok(&mut admin, &["NS.CREATE", "team-b-x"]);
     ok(&mut admin, &["SEM.CREATE", "team-b-x", "s", "5"]);
-    let b_lease = lease(&mut admin, "team-b-x", "b-worker");
+    let b_lease = lease(&mut admin, "team-b-x", "b-worker", 60);
     let r = ok(
         &mut admin,
         &["SEM.ACQUIRE", "team-b-x", "s", &b_lease, "2", "0"],
@@ -334,7 +303,7 @@ fn a_user_confined_to_team_a_cannot_touch_team_b() {
         "team-a-x"
     );
     ok(&mut alice, &["SEM.CREATE", "team-a-x", "s", "3"]);
-    let a_lease = lease(&mut alice, "team-a-x", "a-worker");
+    let a_lease = lease(&mut alice, "team-a-x", "a-worker", 60);
     let r = ok(
         &mut alice,
         &["SEM.ACQUIRE", "team-a-x", "s", &a_lease, "2", "0"],
@@ -471,8 +440,8 @@ fn a_denied_command_inside_multi_aborts_the_transaction() {
     ok(&mut admin, &["SEM.CREATE", "team-a-x", "s", "3"]);
     ok(&mut admin, &["NS.CREATE", "team-b-x"]);
     ok(&mut admin, &["SEM.CREATE", "team-b-x", "s", "3"]);
-    let a_lease = lease(&mut admin, "team-a-x", "w");
-    let b_lease = lease(&mut admin, "team-b-x", "w");
+    let a_lease = lease(&mut admin, "team-a-x", "w", 60);
+    let b_lease = lease(&mut admin, "team-b-x", "w", 60);
 
     let mut alice = login(&s, "alice", "alice-pw");
     ok(&mut alice, &["MULTI"]);
@@ -856,9 +825,9 @@ fn acl_deluser_closes_the_users_connections() {
     }
     ok(&mut admin, &["NS.CREATE", "del"]);
     ok(&mut admin, &["SEM.CREATE", "del", "s", "2"]);
-    let blocker = lease(&mut admin, "del", "blocker");
+    let blocker = lease(&mut admin, "del", "blocker", 60);
     ok(&mut admin, &["SEM.ACQUIRE", "del", "s", &blocker, "2", "0"]);
-    let alice_lease = lease(&mut admin, "del", "alice");
+    let alice_lease = lease(&mut admin, "del", "alice", 60);
 
     // alice: one idle connection, one parked in SEM.ACQUIRE.
     let mut idle = s.raw();
@@ -883,7 +852,7 @@ fn acl_deluser_closes_the_users_connections() {
         ])
         .unwrap();
     assert!(
-        wait_until(PROMPT, || info_value(&mut admin, "blocked_clients") == "1"),
+        wait_until(PROMPT, || info_text(&mut admin, "blocked_clients") == "1"),
         "alice's acquire never parked"
     );
     let mut bob = login(&s, "bob", "bob-pw");
@@ -901,11 +870,11 @@ fn acl_deluser_closes_the_users_connections() {
         );
     }
     // The parked acquire left the queue and is never granted.
-    assert!(wait_until(PROMPT, || info_value(
+    assert!(wait_until(PROMPT, || info_text(
         &mut admin,
         "blocked_clients"
     ) == "0"));
-    assert_eq!(info_value(&mut admin, "waiters"), "0");
+    assert_eq!(info_text(&mut admin, "waiters"), "0");
     ok(&mut admin, &["SEM.RELEASE", "del", "s", &blocker]);
     assert_eq!(holders(&mut admin, "del", "s"), vec![]);
 
@@ -1036,7 +1005,7 @@ fn lease_ids_stay_out_of_errors_and_logs() {
     team_a_user(&mut admin, &[]);
     ok(&mut admin, &["NS.CREATE", "team-b-x"]);
     ok(&mut admin, &["SEM.CREATE", "team-b-x", "s", "1"]);
-    let l = lease(&mut admin, "team-b-x", "w");
+    let l = lease(&mut admin, "team-b-x", "w", 60);
     ok(&mut admin, &["SEM.ACQUIRE", "team-b-x", "s", &l, "1", "0"]);
     let mut alice = login(&s, "alice", "alice-pw");
     let mut errors = vec![

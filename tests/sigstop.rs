@@ -9,9 +9,12 @@ mod common;
 use std::process::Command;
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{call, err_text, field, int, ok, text, Resp, Server};
+use common::{
+    acquire_now, call, err_text, field, holders_with_tokens, info_int, int, now_ns, ok, resp_field,
+    text, Resp, Server,
+};
 
 /// How soon after SIGCONT the catch-up must be visible to the waiters.
 const PROMPT: Duration = Duration::from_millis(1000);
@@ -37,47 +40,9 @@ impl Drop for Resume {
     }
 }
 
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64
-}
-
-fn info_value(con: &mut redis::Connection, key: &str) -> i64 {
-    let info = text(&ok(con, &["INFO"]));
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}:")))
-        .unwrap_or_else(|| panic!("INFO has no {key}:"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn new_lease(con: &mut redis::Connection, process: &str, ttl: i64) -> String {
     let l = ok(con, &["LEASE.CREATE", "st", process, &ttl.to_string()]);
     text(&field(&l, "lease_id"))
-}
-
-/// SEM.ACQUIRE with timeout 0 that must succeed; returns the fencing token.
-fn acquire_now(con: &mut redis::Connection, sem: &str, lease: &str, weight: i64) -> i64 {
-    let r = ok(
-        con,
-        &["SEM.ACQUIRE", "st", sem, lease, &weight.to_string(), "0"],
-    );
-    assert_eq!(text(&field(&r, "outcome")), "ACQUIRE_OUTCOME_ACQUIRED");
-    int(&field(&r, "fencing_token"))
-}
-
-fn resp_field(r: &Resp, name: &str) -> Resp {
-    let Resp::Array(Some(items)) = r else {
-        panic!("expected a flat field/value array, got {r:?}");
-    };
-    items
-        .chunks(2)
-        .find(|p| p[0] == Resp::Bulk(Some(name.as_bytes().to_vec())))
-        .map(|p| p[1].clone())
-        .unwrap_or_else(|| panic!("no field {name} in {r:?}"))
 }
 
 fn resp_text(r: &Resp) -> String {
@@ -113,7 +78,7 @@ impl Waiter {
         timeout: &str,
     ) -> Waiter {
         let lease = new_lease(admin, name, 120);
-        let before = info_value(admin, "waiters");
+        let before = info_int(admin, "waiters");
         let mut raw = server.raw();
         let args = [
             "SEM.ACQUIRE",
@@ -132,7 +97,7 @@ impl Waiter {
             }
         });
         let parked = common::wait_until(Duration::from_secs(10), || {
-            info_value(admin, "waiters") == before + 1
+            info_int(admin, "waiters") == before + 1
         });
         assert!(parked, "{name}: SEM.ACQUIRE did not park");
         Waiter { name, lease, rx }
@@ -159,12 +124,12 @@ impl Waiter {
     fn granted_by(&self, since: Instant, within: Duration) -> i64 {
         let r = self.reply_by(since, within);
         assert_eq!(
-            resp_text(&resp_field(&r, "outcome")),
+            resp_text(resp_field(&r, "outcome")),
             "ACQUIRE_OUTCOME_ACQUIRED",
             "{}: {r:?}",
             self.name
         );
-        resp_int(&resp_field(&r, "fencing_token"))
+        resp_int(resp_field(&r, "fencing_token"))
     }
 
     fn still_parked(&self) {
@@ -172,21 +137,6 @@ impl Waiter {
             panic!("{} should still wait (FIFO), got {r:?}", self.name);
         }
     }
-}
-
-/// Holders (lease id, weight, fencing token), oldest first.
-fn holders(con: &mut redis::Connection, sem: &str) -> Vec<(String, i64, i64)> {
-    let page = ok(con, &["SEM.HOLDERS", "st", sem]);
-    common::items(&field(&page, "holders"))
-        .iter()
-        .map(|h| {
-            (
-                text(&field(h, "lease_id")),
-                int(&field(h, "weight")),
-                int(&field(h, "fencing_token")),
-            )
-        })
-        .collect()
 }
 
 #[test]
@@ -202,9 +152,9 @@ fn leases_that_die_during_sigstop_hand_their_permits_to_fifo_waiters_on_sigcont(
     // ttl, shortened to 1 s and 2 s right before the stop.
     let la = new_lease(&mut admin, "holder-a", 120);
     let lb = new_lease(&mut admin, "holder-b", 120);
-    let ta = acquire_now(&mut admin, "a", &la, 2);
-    let tb = acquire_now(&mut admin, "a", &lb, 2);
-    let tb_b = acquire_now(&mut admin, "b", &lb, 1);
+    let ta = acquire_now(&mut admin, "st", "a", &la, 2);
+    let tb = acquire_now(&mut admin, "st", "a", &lb, 2);
+    let tb_b = acquire_now(&mut admin, "st", "b", &lb, 1);
     assert!(ta < tb);
 
     // Queue on a: w1 (2), w2 (1), w3 (3), w4 (1), all with a long timeout.
@@ -245,7 +195,7 @@ fn leases_that_die_during_sigstop_hand_their_permits_to_fifo_waiters_on_sigcont(
     // x's deadline (1.5 s) came before b's permit was freed (2 s): timed out, not granted.
     let rx = x.reply_by(resumed, PROMPT);
     assert_eq!(
-        resp_text(&resp_field(&rx, "outcome")),
+        resp_text(resp_field(&rx, "outcome")),
         "ACQUIRE_OUTCOME_TIMED_OUT",
         "x: {rx:?}"
     );
@@ -260,10 +210,13 @@ fn leases_that_die_during_sigstop_hand_their_permits_to_fifo_waiters_on_sigcont(
         assert!(err_text(&e).starts_with("NOTFOUND"), "{}", err_text(&e));
     }
     assert_eq!(
-        holders(&mut admin, "a"),
+        holders_with_tokens(&mut admin, "st", "a"),
         vec![(w1.lease.clone(), 2, t1), (w2.lease.clone(), 1, t2)]
     );
-    assert_eq!(holders(&mut admin, "b"), vec![(y.lease.clone(), 1, ty)]);
+    assert_eq!(
+        holders_with_tokens(&mut admin, "st", "b"),
+        vec![(y.lease.clone(), 1, ty)]
+    );
     let a = ok(&mut admin, &["SEM.GET", "st", "a"]);
     assert_eq!(int(&field(&a, "active_holds")), 3);
 
@@ -271,8 +224,8 @@ fn leases_that_die_during_sigstop_hand_their_permits_to_fifo_waiters_on_sigcont(
     thread::sleep(Duration::from_millis(300));
     w3.still_parked();
     w4.still_parked();
-    assert_eq!(info_value(&mut admin, "waiters"), 2);
-    assert_eq!(info_value(&mut admin, "blocked_clients"), 2);
+    assert_eq!(info_int(&mut admin, "waiters"), 2);
+    assert_eq!(info_int(&mut admin, "blocked_clients"), 2);
 
     // Releasing w1 frees 2 (3 free): w3 goes first; then w2's release lets w4 in.
     ok(&mut admin, &["SEM.RELEASE", "st", "a", &w1.lease]);
@@ -285,10 +238,10 @@ fn leases_that_die_during_sigstop_hand_their_permits_to_fifo_waiters_on_sigcont(
     let t4 = w4.granted_by(released, PROMPT);
     assert!(t2 < t3 && t3 < t4, "tokens {t2} {t3} {t4}");
 
-    assert_eq!(info_value(&mut admin, "waiters"), 0);
-    assert_eq!(info_value(&mut admin, "blocked_clients"), 0);
+    assert_eq!(info_int(&mut admin, "waiters"), 0);
+    assert_eq!(info_int(&mut admin, "blocked_clients"), 0);
     assert_eq!(
-        holders(&mut admin, "a"),
+        holders_with_tokens(&mut admin, "st", "a"),
         vec![(w3.lease.clone(), 3, t3), (w4.lease.clone(), 1, t4)]
     );
 }

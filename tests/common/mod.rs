@@ -1,6 +1,7 @@
 //! Shared harness for the integration tests: starts the real `permitd` binary on a free
 //! loopback port with its own data directory, and gives tests real clients for it (the `redis`
-//! crate, and raw TCP sockets for wire-level checks).
+//! crate, and raw TCP sockets for wire-level checks, read with the client crate's reply reader),
+//! and the helpers several test files use.
 //!
 //! Each test file includes it with `mod common;`. Not every file uses every helper, hence the
 //! `dead_code` allowance below.
@@ -16,6 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+// Not every test file uses it (as with `dead_code` above).
+#[allow(unused_imports)]
+pub use permitd_client::now_ns;
+use permitd_client::resp::ReadError;
+/// A reply read off a raw socket, RESP2 or RESP3.
+pub use permitd_client::resp::Value as Resp;
 use redis::Value;
 
 /// How long a server may take to answer its first PING after being spawned.
@@ -453,18 +460,109 @@ pub fn fails(con: &mut redis::Connection, args: &[&str]) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Raw sockets.
+// Semaphores, leases and INFO, as several test files read them.
 // ---------------------------------------------------------------------------------------------
 
-/// A RESP2 reply read off a raw socket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resp {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Option<Vec<Resp>>),
+/// NS.CREATE ns, SEM.CREATE ns sem permits.
+pub fn setup(con: &mut redis::Connection, ns: &str, sem: &str, permits: u32) {
+    ok(con, &["NS.CREATE", ns]);
+    ok(con, &["SEM.CREATE", ns, sem, &permits.to_string()]);
 }
+
+/// LEASE.CREATE ns process ttl, returning the lease id.
+pub fn lease(con: &mut redis::Connection, ns: &str, process: &str, ttl: u32) -> String {
+    let v = ok(con, &["LEASE.CREATE", ns, process, &ttl.to_string()]);
+    let id = text(&field(&v, "lease_id"));
+    assert!(id.starts_with("ls_"), "lease id shape: {id:?}");
+    id
+}
+
+/// Acquires at once (timeout 0), which must succeed, and returns the fencing token.
+pub fn acquire_now(
+    con: &mut redis::Connection,
+    ns: &str,
+    sem: &str,
+    lease: &str,
+    weight: u32,
+) -> i64 {
+    let r = ok(
+        con,
+        &["SEM.ACQUIRE", ns, sem, lease, &weight.to_string(), "0"],
+    );
+    assert_eq!(
+        text(&field(&r, "outcome")),
+        "ACQUIRE_OUTCOME_ACQUIRED",
+        "immediate acquire: {r:?}"
+    );
+    int(&field(&r, "fencing_token"))
+}
+
+/// The permits in use on a semaphore (SEM.GET's `active_holds`).
+pub fn active_holds(con: &mut redis::Connection, ns: &str, sem: &str) -> i64 {
+    int(&field(&ok(con, &["SEM.GET", ns, sem]), "active_holds"))
+}
+
+/// The holder entities of a semaphore (SEM.HOLDERS, first page), oldest first.
+fn holder_entries(con: &mut redis::Connection, ns: &str, sem: &str) -> Vec<Value> {
+    items(&field(&ok(con, &["SEM.HOLDERS", ns, sem]), "holders"))
+}
+
+/// The (lease_id, weight) of every holder of a semaphore, oldest first.
+pub fn holders(con: &mut redis::Connection, ns: &str, sem: &str) -> Vec<(String, i64)> {
+    holder_entries(con, ns, sem)
+        .iter()
+        .map(|h| (text(&field(h, "lease_id")), int(&field(h, "weight"))))
+        .collect()
+}
+
+/// The (lease_id, weight, fencing_token) of every holder of a semaphore, oldest first.
+pub fn holders_with_tokens(
+    con: &mut redis::Connection,
+    ns: &str,
+    sem: &str,
+) -> Vec<(String, i64, i64)> {
+    holder_entries(con, ns, sem)
+        .iter()
+        .map(|h| {
+            (
+                text(&field(h, "lease_id")),
+                int(&field(h, "weight")),
+                int(&field(h, "fencing_token")),
+            )
+        })
+        .collect()
+}
+
+/// The value of `key` in the text of an INFO reply (its `key:value` lines).
+pub fn info_value(info: &str, key: &str) -> Option<String> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .map(|v| v.trim().to_string())
+}
+
+/// The value of `key` in the server's INFO now; panics naming the key when INFO lacks it.
+pub fn info_text(con: &mut redis::Connection, key: &str) -> String {
+    let info = text(&ok(con, &["INFO"]));
+    info_value(&info, key).unwrap_or_else(|| panic!("{key} missing in INFO:\n{info}"))
+}
+
+/// A number of the server's INFO now.
+pub fn info_int(con: &mut redis::Connection, key: &str) -> i64 {
+    let v = info_text(con, key);
+    v.parse()
+        .unwrap_or_else(|_| panic!("INFO {key}:{v} is not a number"))
+}
+
+/// A field of an entity reply read off a raw socket; panics naming the field when it is missing.
+pub fn resp_field<'a>(reply: &'a Resp, name: &str) -> &'a Resp {
+    reply
+        .field(name)
+        .unwrap_or_else(|| panic!("field {name:?} missing in {reply:?}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw sockets.
+// ---------------------------------------------------------------------------------------------
 
 /// How reading a connection to its end went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -479,7 +577,9 @@ pub enum End {
 
 /// A raw TCP client: write any bytes, read replies or whatever comes back.
 pub struct RawConn {
-    reader: BufReader<TcpStream>,
+    stream: TcpStream,
+    /// Bytes read but not consumed yet: the start of the next reply or line.
+    buf: Vec<u8>,
 }
 
 impl RawConn {
@@ -489,22 +589,23 @@ impl RawConn {
         s.set_write_timeout(Some(CLIENT_TIMEOUT)).unwrap();
         s.set_nodelay(true).unwrap();
         RawConn {
-            reader: BufReader::new(s),
+            stream: s,
+            buf: Vec::new(),
         }
     }
 
     pub fn stream(&self) -> &TcpStream {
-        self.reader.get_ref()
+        &self.stream
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.stream().local_addr().unwrap()
+        self.stream.local_addr().unwrap()
     }
 
     /// Writes bytes; errors (the server may already have closed) are returned, not panicked.
     pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.reader.get_mut().write_all(bytes)?;
-        self.reader.get_mut().flush()
+        self.stream.write_all(bytes)?;
+        self.stream.flush()
     }
 
     /// Sends one command as a RESP multibulk array.
@@ -519,62 +620,56 @@ impl RawConn {
         self.read_reply().expect("read reply")
     }
 
-    /// Reads one CRLF-terminated line (without the CRLF).
-    pub fn read_line(&mut self) -> io::Result<String> {
-        let mut line = Vec::new();
-        let n = self.reader.read_until(b'\n', &mut line)?;
+    /// Reads more bytes into the buffer; the end of the stream is an error.
+    fn fill(&mut self) -> io::Result<()> {
+        let mut chunk = [0u8; 16 * 1024];
+        let n = self.stream.read(&mut chunk)?;
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "EOF"));
         }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+
+    /// Reads one line up to LF (without its CR LF); at the end of the stream, what came before it.
+    pub fn read_line(&mut self) -> io::Result<String> {
+        let end = loop {
+            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
+                break i + 1;
+            }
+            match self.fill() {
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && !self.buf.is_empty() => {
+                    break self.buf.len()
+                }
+                other => other?,
+            }
+        };
+        let mut line: Vec<u8> = self.buf.drain(..end).collect();
         if line.ends_with(b"\r\n") {
             line.truncate(line.len() - 2);
         }
         Ok(String::from_utf8_lossy(&line).into_owned())
     }
 
-    /// Reads one RESP2 reply.
+    /// Reads one reply.
     pub fn read_reply(&mut self) -> io::Result<Resp> {
-        let line = self.read_line()?;
-        let (t, rest) = line.split_at(1.min(line.len()));
-        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-        Ok(match t {
-            "+" => Resp::Simple(rest.to_string()),
-            "-" => Resp::Error(rest.to_string()),
-            ":" => Resp::Int(rest.parse().map_err(|_| bad("bad integer"))?),
-            "$" => {
-                let n: i64 = rest.parse().map_err(|_| bad("bad bulk length"))?;
-                if n < 0 {
-                    Resp::Bulk(None)
-                } else {
-                    let mut buf = vec![0u8; n as usize + 2];
-                    self.reader.read_exact(&mut buf)?;
-                    buf.truncate(n as usize);
-                    Resp::Bulk(Some(buf))
+        loop {
+            match Resp::parse(&self.buf) {
+                Ok((reply, used)) => {
+                    self.buf.drain(..used);
+                    return Ok(reply);
                 }
+                Err(ReadError::Incomplete) => self.fill()?,
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
             }
-            "*" => {
-                let n: i64 = rest.parse().map_err(|_| bad("bad array length"))?;
-                if n < 0 {
-                    Resp::Array(None)
-                } else {
-                    let mut v = Vec::with_capacity(n as usize);
-                    for _ in 0..n {
-                        v.push(self.read_reply()?);
-                    }
-                    Resp::Array(Some(v))
-                }
-            }
-            _ => return Err(bad(&format!("unexpected reply line {line:?}"))),
-        })
+        }
     }
 
     /// Reads everything until the server closes the connection, or until nothing arrives for
     /// `timeout`. Returns the bytes read and how it ended.
     pub fn read_to_end(&mut self, timeout: Duration) -> (Vec<u8>, End) {
-        let mut out = self.reader.buffer().to_vec();
-        let consumed = out.len();
-        self.reader.consume(consumed);
-        let s = self.reader.get_mut();
+        let mut out = std::mem::take(&mut self.buf);
+        let s = &mut self.stream;
         s.set_read_timeout(Some(timeout)).unwrap();
         let mut buf = [0u8; 16 * 1024];
         let end = loop {

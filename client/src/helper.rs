@@ -1,30 +1,5 @@
-//! A thin client helper on the `redis` crate: leases, semaphores, a scoped permit that is always
-//! released, and a lease heartbeat that reports a lost lease. It adds nothing the server already
-//! does: no client-side queueing, retrying or polling.
-//!
-//! Two things to know, as with any blocking Redis command:
-//! - A parked `SEM.ACQUIRE` holds the commands behind it on its connection. Give acquires their
-//!   own connection (a [`Heartbeat`] opens its own).
-//! - The connection's response timeout must be above the acquire timeout (the `redis` crate's
-//!   multiplexed connections default to 500 ms; set `AsyncConnectionConfig::set_response_timeout`).
-//!
-//! ```no_run
-//! # async fn demo() -> redis::RedisResult<()> {
-//! use std::time::Duration;
-//! use permitd::client::{Lease, Semaphore};
-//! let client = redis::Client::open("redis://127.0.0.1:6379")?;
-//! let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-//! let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
-//! let lease = Lease::create(&mut conn, "team", "worker-7", 30).await?;
-//! let db = Semaphore::new("team", "db");
-//! let rows = db
-//!     .with_permit(&mut conn, &lease, 1, Duration::from_secs(5), |token| async move {
-//!         // ... use the resource, passing `token` along as a fencing token ...
-//!         token
-//!     })
-//!     .await?;
-//! # Ok(()) }
-//! ```
+//! The helper on the `redis` crate: typed calls for leases and semaphores, a scoped permit and a
+//! lease heartbeat (the crate documentation shows them in use).
 
 use std::future::Future;
 use std::time::Duration;
@@ -76,7 +51,7 @@ fn malformed(what: &str) -> RedisError {
 /// A lease: a server-side TTL token under which permits are held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
-    /// Namespace.
+    /// The namespace the lease lives in (its semaphores must be in the same one).
     pub namespace: String,
     /// The lease id (a capability: keep it secret).
     pub id: String,
@@ -85,7 +60,7 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// `LEASE.CREATE`.
+    /// Creates a lease for `process_id` (`LEASE.CREATE`), alive for `ttl_secs` unless refreshed.
     pub async fn create<C: ConnectionLike>(
         conn: &mut C,
         namespace: &str,
@@ -140,7 +115,7 @@ pub enum Outcome {
 /// An acquire's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acquire {
-    /// Outcome.
+    /// Whether the permits were acquired, and if not, why.
     pub outcome: Outcome,
     /// The fencing token, when acquired.
     pub fencing_token: Option<i64>,
@@ -150,12 +125,12 @@ pub struct Acquire {
     pub permits: i64,
 }
 
-/// A semaphore of a namespace.
+/// A semaphore of a namespace: only its address; every call asks the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Semaphore {
-    /// Namespace.
+    /// The namespace it lives in.
     pub namespace: String,
-    /// Name.
+    /// Its name within the namespace.
     pub name: String,
 }
 
@@ -202,7 +177,7 @@ impl Semaphore {
         })
     }
 
-    /// `SEM.RELEASE`.
+    /// Releases every permit `lease` holds on this semaphore (`SEM.RELEASE`).
     pub async fn release<C: ConnectionLike>(&self, conn: &mut C, lease: &Lease) -> RedisResult<()> {
         let _: Value = redis::cmd("SEM.RELEASE")
             .arg(&self.namespace)
@@ -213,8 +188,8 @@ impl Semaphore {
         Ok(())
     }
 
-    /// Acquires, runs `work` with the fencing token, and releases whatever `work` returned;
-    /// `None` when the permits were not acquired within `timeout`.
+    /// Acquires, runs `work` with the fencing token, releases, and returns what `work` returned;
+    /// `None` when the permits were not acquired within `timeout` (`work` does not run).
     pub async fn with_permit<C, F, Fut, T>(
         &self,
         conn: &mut C,
