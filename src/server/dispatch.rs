@@ -133,20 +133,11 @@ impl Dispatch {
         };
         let shard = conn.g.shard_of(ns);
         conn.note_target(shard);
-        if r.may_block() {
+        // One that may park, or one of this thread's shard, runs at once and alone; the others
+        // gather into one message per run of commands for the same shard.
+        if r.may_block() || shard == conn.ctx.id {
             self.flush_batch(conn).await;
-            let done = if shard == conn.ctx.id {
-                exec_local(conn, r)
-            } else {
-                match remote(conn, shard, vec![r], true).await.pop() {
-                    Some(d) => d,
-                    None => Done::Reply(shutting_down()),
-                }
-            };
-            conn.answer(shard, done).await;
-        } else if shard == conn.ctx.id {
-            self.flush_batch(conn).await;
-            let done = exec_local(conn, r);
+            let done = one(conn, shard, r, true).await;
             conn.answer(shard, done).await;
         } else {
             if !self.batch.is_empty() && self.batch_shard != shard {
@@ -183,9 +174,10 @@ impl Dispatch {
             // EXEC sends these to their shard as one batch; one run alone gets its reply here.
             Request::Engine(r) => {
                 let shard = r.namespace().map_or(conn.ctx.id, |ns| conn.g.shard_of(ns));
-                match on_shard(conn, shard, vec![r], false).await.pop() {
-                    Some(Done::Reply(reply)) => reply,
-                    Some(Done::Parked(..)) | None => shutting_down(),
+                match one(conn, shard, r, false).await {
+                    Done::Reply(reply) => reply,
+                    // may_wait is false: it does not park.
+                    Done::Parked(..) => shutting_down(),
                 }
             }
             Request::Info(sections) => info_reply(conn, &sections).await,
@@ -239,10 +231,20 @@ impl Dispatch {
     }
 }
 
-/// Runs a request of this thread's shard inline.
-fn exec_local<S: Transport>(conn: &mut Conn<S>, r: EngineRequest) -> Done {
-    let done = conn.ctx.exec(r, true);
-    conn.note(conn.ctx.id, conn.ctx.last_lsn());
+/// Runs one request on `shard`: inline when it is this thread's (the hot path: no batch, no
+/// message), else as a message to its thread.
+async fn one<S: Transport>(
+    conn: &mut Conn<S>,
+    shard: usize,
+    r: EngineRequest,
+    may_wait: bool,
+) -> Done {
+    if shard != conn.ctx.id {
+        let mut done = remote(conn, shard, vec![r], may_wait).await;
+        return done.pop().unwrap_or_else(|| Done::Reply(shutting_down()));
+    }
+    let done = conn.ctx.exec(r, may_wait);
+    conn.note(shard, conn.ctx.last_lsn());
     done
 }
 
