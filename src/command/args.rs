@@ -139,25 +139,25 @@ impl Options {
                 .copied()
                 .find(|o| o.word().as_bytes().eq_ignore_ascii_case(word))
                 .ok_or_else(Error::syntax)?;
-            if opt == Opt::Meta {
-                let pairs = &rest[i + 1..];
-                if !pairs.len().is_multiple_of(2) {
-                    return Err(Error::syntax());
-                }
-                o.meta = pairs
-                    .chunks(2)
-                    .map(|p| (p[0].clone(), p[1].clone()))
-                    .collect();
-                return Ok(o);
-            }
-            let value = rest.get(i + 1).ok_or_else(Error::syntax)?.clone();
+            // Every option takes the word after it, but META the rest of the words, in pairs.
+            let value = || rest.get(i + 1).cloned().ok_or_else(Error::syntax);
             match opt {
-                Opt::Desc => o.desc = Some(value),
-                Opt::Version => o.version = Some(int(&value)?),
-                Opt::Cursor => o.cursor = Some(value),
-                Opt::Limit => o.limit = Some(int(&value)?),
-                Opt::Process => o.process = Some(value),
-                Opt::Meta => unreachable!("handled above"),
+                Opt::Meta => {
+                    let pairs = &rest[i + 1..];
+                    if !pairs.len().is_multiple_of(2) {
+                        return Err(Error::syntax());
+                    }
+                    o.meta = pairs
+                        .chunks(2)
+                        .map(|p| (p[0].clone(), p[1].clone()))
+                        .collect();
+                    return Ok(o);
+                }
+                Opt::Desc => o.desc = Some(value()?),
+                Opt::Version => o.version = Some(int(&value()?)?),
+                Opt::Cursor => o.cursor = Some(value()?),
+                Opt::Limit => o.limit = Some(int(&value()?)?),
+                Opt::Process => o.process = Some(value()?),
             }
             i += 2;
         }

@@ -224,16 +224,17 @@ pub fn take_page<M: Ordered, T>(
                 .any(|(_, v)| keep(v)),
         }
     };
-    let first = picked.first().map(|(k, _)| (*k).clone());
-    let last = picked.last().map(|(k, _)| (*k).clone());
-    let (next, prev) = match (dir, first, last, from) {
-        (_, None, _, None) => (None, None),
+    let ends = picked
+        .first()
+        .zip(picked.last())
+        .map(|((f, _), (l, _))| ((*f).clone(), (*l).clone()));
+    let (next, prev) = match (dir, ends, from) {
+        (_, None, None) => (None, None),
         // An empty page after a cursor: offer the way back (or forward) from the cursor key.
-        (Dir::Next, None, _, Some((_, k))) => (None, behind(&k).then_some(k)),
-        (Dir::Prev, None, _, Some((_, k))) => (behind(&k).then_some(k), None),
-        (Dir::Next, Some(f), Some(l), _) => (more_beyond.then_some(l), behind(&f).then_some(f)),
-        (Dir::Prev, Some(f), Some(l), _) => (behind(&l).then_some(l), more_beyond.then_some(f)),
-        (_, Some(_), None, _) => unreachable!("first implies last"),
+        (Dir::Next, None, Some((_, k))) => (None, behind(&k).then_some(k)),
+        (Dir::Prev, None, Some((_, k))) => (behind(&k).then_some(k), None),
+        (Dir::Next, Some((f, l)), _) => (more_beyond.then_some(l), behind(&f).then_some(f)),
+        (Dir::Prev, Some((f, l)), _) => (behind(&l).then_some(l), more_beyond.then_some(f)),
     };
     PageOf {
         items: picked.into_iter().map(|(k, v)| render(k, v)).collect(),

@@ -83,18 +83,27 @@ pub enum Acq {
     Other,
 }
 
-/// Checks one SEM.ACQUIRE reply. `floor`: the highest token seen before it was sent.
-#[allow(clippy::too_many_arguments)]
-pub fn check_acquire(
-    sh: &Shared,
-    v: &Value,
-    sem: &str,
-    weight: i64,
-    timeout: f64,
-    floor: i64,
-    waited: Duration,
-    client: u64,
-) -> Acq {
+/// What a SEM.ACQUIRE asked for, as its reply is checked against it.
+#[derive(Clone, Copy)]
+pub struct Asked<'a> {
+    pub sem: &'a str,
+    pub weight: i64,
+    pub timeout: f64,
+    /// The highest token seen on `sem` before the request was sent.
+    pub floor: i64,
+    /// The connection's client id (CLIENT UNBLOCK may end its acquires early).
+    pub client: u64,
+}
+
+/// Checks one SEM.ACQUIRE reply, which came `waited` after the request.
+pub fn check_acquire(sh: &Shared, v: &Value, asked: Asked, waited: Duration) -> Acq {
+    let Asked {
+        sem,
+        weight,
+        timeout,
+        floor,
+        client,
+    } = asked;
     if let Value::Error(e) = v {
         let unblocked = sh.unblocked.borrow().contains(&client);
         let mut allowed = vec![LEASE_GONE, "INVALIDARG weight exceeds semaphore permits"];

@@ -10,7 +10,7 @@ use permitd_client::resp::Value;
 use tokio::time::sleep;
 
 use crate::checks::{
-    check_acquire, check_error, check_lease, check_semaphore, consistency_check, lost, Acq,
+    check_acquire, check_error, check_lease, check_semaphore, consistency_check, lost, Acq, Asked,
     LEASE_GONE,
 };
 use crate::conn::Conn;
@@ -160,7 +160,14 @@ pub async fn parker(sh: Rc<Shared>, i: usize) {
             }
             Some(Ok(v)) => v,
         };
-        match check_acquire(&sh, &reply, sem, weight, timeout, floor, waited, id) {
+        let asked = Asked {
+            sem,
+            weight,
+            timeout,
+            floor,
+            client: id,
+        };
+        match check_acquire(&sh, &reply, asked, waited) {
             Acq::LeaseGone => lease = None,
             Acq::NotNow | Acq::Other => {}
             Acq::Acquired => {
@@ -294,7 +301,14 @@ pub async fn worker(sh: Rc<Shared>, i: usize) {
                             let v = c
                                 .cmd(&["SEM.ACQUIRE", NS, sem, l, "1", "0"], Duration::ZERO)
                                 .await?;
-                            match check_acquire(&sh, &v, sem, 1, 0.0, floor, t.elapsed(), id) {
+                            let asked = Asked {
+                                sem,
+                                weight: 1,
+                                timeout: 0.0,
+                                floor,
+                                client: id,
+                            };
+                            match check_acquire(&sh, &v, asked, t.elapsed()) {
                                 Acq::Acquired => held = Some(sem),
                                 Acq::LeaseGone => lease = None,
                                 _ => {}

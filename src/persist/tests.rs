@@ -1,0 +1,326 @@
+//! Replay, restart and re-sharding of real data directories, and the records' room.
+
+use super::*;
+use crate::command::{parse_argv, Request};
+use crate::engine::request::EngineRequest;
+use crate::engine::types::{LeaseId, Limits, NANOS_PER_SEC};
+use crate::engine::{Exec, Shard};
+use crate::protocol::Reply;
+use std::sync::atomic::AtomicUsize;
+
+fn request(words: &str) -> EngineRequest {
+    let argv: Vec<Bytes> = words
+        .split(' ')
+        .map(|w| Bytes::from(w.to_string()))
+        .collect();
+    let Ok((_, Request::Engine(req))) = parse_argv(&argv, &Limits::default()) else {
+        panic!("bad test command {words}");
+    };
+    req
+}
+
+fn run(shard: &mut Shard, now: i64, words: &str) -> Exec {
+    shard.execute(now, request(words), true)
+}
+
+fn lease(shard: &mut Shard, now: i64, n: u64, ttl: i64) -> String {
+    let id = LeaseId::from_counter(n);
+    let req = EngineRequest::LeaseCreate(crate::engine::request::LeaseCreate {
+        ns: Name::new_unchecked(Bytes::from("team")),
+        id,
+        process_id: Bytes::from("p"),
+        ttl: ttl * NANOS_PER_SEC,
+        meta: Default::default(),
+    });
+    shard.execute(now, req, true);
+    String::from_utf8(id.to_bytes().to_vec()).unwrap()
+}
+
+/// A workload touching every record type, with expiry, waiters and deletes.
+fn workload(shard: &mut Shard) -> Vec<Record> {
+    let s = NANOS_PER_SEC;
+    let mut journal = Vec::new();
+    run(shard, s, "NS.CREATE team DESC d META k v");
+    run(shard, s, "SEM.CREATE team db 5");
+    run(shard, s, "SEM.CREATE team gone 1");
+    let a = lease(shard, s, 1, 10);
+    let b = lease(shard, s, 2, 2);
+    let c = lease(shard, s, 3, 100);
+    run(
+        shard,
+        2 * s,
+        &format!("SEM.ACQUIRE team db {a} 3 0 META host x"),
+    );
+    run(shard, 2 * s, &format!("SEM.ACQUIRE team db {b} 2 0"));
+    run(shard, 2 * s, &format!("SEM.ACQUIRE team db {c} 4 10"));
+    run(shard, 2 * s, &format!("SEM.ACQUIRE team gone {c} 1 0"));
+    run(shard, 3 * s, &format!("LEASE.REFRESH team {a} 20"));
+    run(shard, 3 * s, "SEM.DELETE team gone");
+    // b expires at 3 s: c (waiting for 4) still does not fit beside a's 3.
+    run(shard, 4 * s, &format!("SEM.ACQUIRE team db {a} 1 0"));
+    run(shard, 5 * s, "SEM.UPDATE team db 6 VERSION 1 DESC more");
+    run(shard, 5 * s, "NS.UPDATE team VERSION 1");
+    run(shard, 6 * s, &format!("SEM.RELEASE team db {a}"));
+    run(shard, 6 * s, &format!("LEASE.REVOKE team {a}"));
+    run(shard, 7 * s, "NS.CREATE tmp");
+    run(shard, 7 * s, "NS.DELETE tmp");
+    journal.extend(shard.take_journal());
+    journal
+}
+
+#[test]
+fn replaying_the_journal_rebuilds_the_live_state() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut live = Shard::new(Arc::new(Limits::default()), count);
+    let journal = workload(&mut live);
+    let kinds: std::collections::BTreeSet<String> = journal
+        .iter()
+        .map(|r| {
+            format!("{r:?}")
+                .split([' ', '{'])
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        kinds.len() >= 9,
+        "every record type is exercised: {kinds:?}"
+    );
+    let mut replayed = BTreeMap::new();
+    let mut hwm = 0;
+    for r in journal {
+        apply(&mut replayed, &mut hwm, r).unwrap();
+    }
+    let (nss, live_hwm) = live.state();
+    assert_eq!(hwm, live_hwm);
+    assert_eq!(
+        snapshot::to_bytes(&replayed, hwm, 7),
+        snapshot::to_bytes(nss, live_hwm, 7)
+    );
+}
+
+#[test]
+fn snapshot_plus_log_survives_restart_and_resharding() {
+    let dir = std::env::temp_dir().join(format!("permitd-persist-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let first = load(&dir, 2, false).unwrap();
+    assert!(first.shards.iter().all(|s| s.namespaces.is_empty()));
+    let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+    let journal = workload(&mut live);
+    let home = shard_for(&Name::new_unchecked(Bytes::from("team")), 2);
+    let mut store = Store::open(&first.gen_dir, home, Fsync::Always, 1 << 20).unwrap();
+    // Half the journal goes into a snapshot, the rest into the log after it.
+    let (head, tail) = journal.split_at(journal.len() / 2);
+    let mut snap_state = BTreeMap::new();
+    let mut hwm = 0;
+    for r in head {
+        apply(&mut snap_state, &mut hwm, r.clone()).unwrap();
+    }
+    let snap_lsn = store.append(head.to_vec());
+    let _ = store.take();
+    let mut pieces = Vec::new();
+    snapshot::encode(&snap_state, hwm, snap_lsn, |p| {
+        pieces.push(p);
+        true
+    });
+    install_snapshot(&store.snapshot_path(), pieces, &store.file()).unwrap();
+    store.append(tail.to_vec());
+    let batch = store.take();
+    write_batch(&store.file(), &batch.bytes, true).unwrap();
+    drop(store);
+    for shards in [3, 1, 2] {
+        let again = load(&dir, shards, false).unwrap();
+        let home = shard_for(&Name::new_unchecked(Bytes::from("team")), shards);
+        let (nss, live_hwm) = live.state();
+        assert_eq!(again.shards[home].hwm, live_hwm);
+        assert_eq!(
+            snapshot::to_bytes(&again.shards[home].namespaces, 0, 0),
+            snapshot::to_bytes(nss, 0, 0),
+            "state after reloading with {shards} shards"
+        );
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The fencing token in an acquire's reply (RESP3 map form of the engine's reply).
+fn token_of(reply: &Reply) -> i64 {
+    let Reply::Map(fields) = reply else {
+        panic!("an acquire answers a map: {reply:?}");
+    };
+    fields
+        .iter()
+        .find_map(|(k, v)| match (k, v) {
+            (Reply::Bulk(k), Reply::Int(t)) if &k[..] == b"fencing_token" => Some(*t),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no fencing_token in {reply:?}"))
+}
+
+/// A server's shards over a data directory, reduced to what tokens need: each request runs
+/// on its namespace's shard and its journal is written before the next one.
+struct Node {
+    shards: Vec<(Shard, Store)>,
+}
+
+impl Node {
+    fn start(dir: &Path, count: usize) -> Node {
+        let loaded = load(dir, count, false).unwrap();
+        let namespaces = Arc::new(AtomicUsize::new(0));
+        let shards = loaded
+            .shards
+            .into_iter()
+            .enumerate()
+            .map(|(id, st)| {
+                let limits = Arc::new(Limits::default());
+                let shard = Shard::restore(limits, namespaces.clone(), st.namespaces, st.hwm);
+                let store = Store::open(&loaded.gen_dir, id, Fsync::No, 1 << 30).unwrap();
+                (shard, store)
+            })
+            .collect();
+        Node { shards }
+    }
+
+    fn run(&mut self, words: &str) -> Reply {
+        let req = request(words);
+        let home = shard_for(req.namespace().expect("one namespace"), self.shards.len());
+        let (shard, store) = &mut self.shards[home];
+        let Exec::Reply(reply) = shard.execute(NANOS_PER_SEC, req, false) else {
+            panic!("{words} parked");
+        };
+        store.append(shard.take_journal());
+        let batch = store.take();
+        write_batch(&store.file(), &batch.bytes, false).unwrap();
+        reply
+    }
+
+    /// A fresh lease's id in namespace `ns`.
+    fn lease(&mut self, ns: &str) -> String {
+        let reply = self.run(&format!("LEASE.CREATE {ns} worker 300"));
+        let Reply::Map(fields) = &reply else {
+            panic!("{reply:?}");
+        };
+        match &fields[0] {
+            (_, Reply::Bulk(id)) => String::from_utf8(id.to_vec()).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Acquires `sem` of `ns` under a new lease and releases it; returns the token.
+    fn token(&mut self, ns: &str, sem: &str) -> i64 {
+        let id = self.lease(ns);
+        let token = token_of(&self.run(&format!("SEM.ACQUIRE {ns} {sem} {id} 1 0")));
+        self.run(&format!("SEM.RELEASE {ns} {sem} {id}"));
+        token
+    }
+}
+
+#[test]
+fn fencing_tokens_count_up_across_restart_recreate_and_resharding() {
+    let dir = std::env::temp_dir().join(format!("permitd-tokens-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let mut node = Node::start(&dir, 2);
+    node.run("NS.CREATE team");
+    node.run("SEM.CREATE team db 1");
+    let mut tokens = vec![node.token("team", "db"), node.token("team", "db")];
+    assert_eq!(tokens, [1, 2], "a fresh data directory counts from 1");
+    node.run("SEM.DELETE team db");
+    node.run("SEM.CREATE team db 1");
+    tokens.push(node.token("team", "db"));
+    node.run("NS.DELETE team");
+    node.run("NS.CREATE team");
+    node.run("SEM.CREATE team db 1");
+    tokens.push(node.token("team", "db"));
+    // Restarts: with the same shard count, then re-sharded to 3 and to 1.
+    for count in [2, 3, 1] {
+        drop(node);
+        node = Node::start(&dir, count);
+        tokens.push(node.token("team", "db"));
+    }
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "strictly rising on team/db: {tokens:?}"
+    );
+    assert!(
+        tokens.iter().all(|&t| t < 1 << 53),
+        "below 2^53: {tokens:?}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tokens_of_a_data_directory_from_clock_tokens_keep_rising() {
+    // An earlier permitd's tokens were nanosecond clock readings; the mark never goes down.
+    let old = 1_796_037_003_305_164_005;
+    let mut shard = Shard::restore(
+        Arc::new(Limits::default()),
+        Arc::new(AtomicUsize::new(0)),
+        BTreeMap::new(),
+        old,
+    );
+    run(&mut shard, NANOS_PER_SEC, "NS.CREATE team");
+    run(&mut shard, NANOS_PER_SEC, "SEM.CREATE team db 1");
+    let id = lease(&mut shard, NANOS_PER_SEC, 1, 60);
+    let acquire = format!("SEM.ACQUIRE team db {id} 1 0");
+    let Exec::Reply(reply) = run(&mut shard, NANOS_PER_SEC, &acquire) else {
+        panic!("{acquire} parked");
+    };
+    assert_eq!(token_of(&reply), old + 1);
+}
+
+#[test]
+fn a_burst_of_records_does_not_keep_its_room() {
+    let dir = std::env::temp_dir().join(format!("permitd-pending-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let loaded = load(&dir, 1, false).unwrap();
+    let mut store = Store::open(&loaded.gen_dir, 0, Fsync::No, 1 << 30).unwrap();
+    let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+    let journal = workload(&mut live);
+    store.append(journal.clone());
+    let small = store.take().bytes.len();
+    assert!(small > 0 && small < PENDING_KEEP);
+    // A burst grows the buffer past the limit: the batch takes all of it.
+    while store.pending.len() <= PENDING_KEEP {
+        store.append(journal.clone());
+    }
+    let framed = store.pending.len();
+    let batch = store.take();
+    assert_eq!(batch.bytes.len(), framed);
+    assert_eq!(
+        store.pending.capacity(),
+        0,
+        "the burst's room goes with its batch"
+    );
+    write_batch(&store.file(), &batch.bytes, false).unwrap();
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn corrupt_log_stops_the_start_with_file_and_offset() {
+    let dir = std::env::temp_dir().join(format!("permitd-corrupt-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let first = load(&dir, 1, false).unwrap();
+    let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+    let journal = workload(&mut live);
+    let mut store = Store::open(&first.gen_dir, 0, Fsync::Always, 1 << 20).unwrap();
+    store.append(journal);
+    let batch = store.take();
+    write_batch(&store.file(), &batch.bytes, true).unwrap();
+    let path = log_path(&first.gen_dir, 0);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[40] ^= 0xff;
+    fs::write(&path, &bytes).unwrap();
+    let err = load(&dir, 1, false)
+        .err()
+        .expect("corruption stops the start");
+    assert!(
+        err.contains("shard-0.log") && err.contains("offset"),
+        "{err}"
+    );
+    let repaired = load(&dir, 1, true).unwrap();
+    assert!(
+        repaired.shards[0].namespaces.is_empty(),
+        "cut before the first record"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
