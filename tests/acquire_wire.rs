@@ -80,19 +80,6 @@ fn info_int(con: &mut redis::Connection, name: &str) -> i64 {
         .unwrap_or_else(|_| panic!("INFO {name} is not an integer:\n{info}"))
 }
 
-/// Waits until INFO shows exactly `n` parked waiters and `n` blocked clients.
-fn wait_parked(con: &mut redis::Connection, n: i64) {
-    let mut last = (0, 0);
-    let seen = wait_until(PROMPT, || {
-        last = (info_int(con, "waiters"), info_int(con, "blocked_clients"));
-        last == (n, n)
-    });
-    assert!(
-        seen,
-        "expected waiters:{n} and blocked_clients:{n} in INFO, last seen (waiters, blocked) = {last:?}"
-    );
-}
-
 /// The result of an acquire run on its own connection, and how long it took.
 type Parked = thread::JoinHandle<(redis::RedisResult<Value>, Duration)>;
 
@@ -951,28 +938,6 @@ fn state_stays_exact_across_bursts_of_connections() {
     parked.join().unwrap();
 }
 
-/// Clients per shard thread, from INFO's `clients_per_shard`.
-fn clients_per_shard(con: &mut redis::Connection) -> Vec<i64> {
-    let info = text(&ok(con, &["INFO", "clients"]));
-    info.lines()
-        .find_map(|l| l.trim_end().strip_prefix("clients_per_shard:"))
-        .unwrap_or_else(|| panic!("INFO has no clients_per_shard line:\n{info}"))
-        .split(',')
-        .map(|n| n.parse().unwrap())
-        .collect()
-}
-
-/// A namespace name that shard `shard` of 2 owns.
-fn namespace_on(shard: usize) -> String {
-    (0..)
-        .map(|i| format!("mv{i}"))
-        .find(|n| {
-            let name = permitd::engine::types::Name::new_unchecked(bytes::Bytes::from(n.clone()));
-            permitd::engine::route::shard_for(&name, 2) == shard
-        })
-        .unwrap()
-}
-
 #[test]
 fn a_connection_moves_to_the_shard_of_its_namespace_and_keeps_its_state() {
     let server = Server::start_with(&["--shards", "2"]);
@@ -982,7 +947,7 @@ fn a_connection_moves_to_the_shard_of_its_namespace_and_keeps_its_state() {
         .iter()
         .position(|&n| n == 1)
         .unwrap_or_else(|| panic!("one client: {start:?}"));
-    let (away, home_ns) = (namespace_on(1 - home), namespace_on(home));
+    let (away, home_ns) = (namespace_on(1 - home, "mv"), namespace_on(home, "mv"));
     // Its commands keep going to the other shard: it moves there.
     setup(&mut con, &away, "s", 1);
     ok(&mut con, &["CLIENT", "SETNAME", "mover"]);

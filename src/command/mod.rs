@@ -96,7 +96,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::ClientInfo => session(S::ClientInfo),
         C::ClientList => surface::client_list(a).map(Request::Session),
         C::ClientKill => surface::client_kill(&a[2..]).map(|f| Request::Session(S::ClientKill(f))),
-        C::ClientUnblock => surface::client_unblock(a).map(Request::Session),
+        C::ClientUnblock => surface::client_unblock(a),
         C::ClientUnsupported => session(S::ClientUnsupported("client-side caching")),
         C::Command => session(S::Command),
         C::CommandCount => session(S::CommandCount),

@@ -1,5 +1,6 @@
 //! What a validated command asks for, by who answers it: the engine (on a namespace's shard),
-//! the transaction machinery, every shard at once (INFO), or the connection's own session.
+//! the transaction machinery, every shard at once (INFO), the shard of a parked acquire (CLIENT
+//! UNBLOCK), or the connection's own session.
 
 use bytes::Bytes;
 
@@ -14,6 +15,13 @@ pub enum Request {
     Txn(Txn),
     /// `INFO [section ...]`: every shard's figures, merged.
     Info(Vec<Bytes>),
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: on the shard where the client's acquire is parked.
+    ClientUnblock {
+        /// Client id.
+        id: u64,
+        /// ERROR (true) or TIMEOUT.
+        error: bool,
+    },
     /// A connection- or server-level command, answered by the connection's session.
     Session(SessionRequest),
 }
@@ -76,13 +84,6 @@ pub enum SessionRequest {
     ClientList(Option<Vec<u64>>),
     /// `CLIENT KILL ...`.
     ClientKill(KillFilter),
-    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`.
-    ClientUnblock {
-        /// Client id.
-        id: u64,
-        /// ERROR (true) or TIMEOUT.
-        error: bool,
-    },
     /// A client-caching subcommand permitd does not support.
     ClientUnsupported(&'static str),
     /// `COMMAND`.

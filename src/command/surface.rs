@@ -164,7 +164,7 @@ pub(super) fn client_kill(rest: &[Bytes]) -> Result<KillFilter, Error> {
     Ok(f)
 }
 
-pub(super) fn client_unblock(a: &[Bytes]) -> Result<Request, Error> {
+pub(super) fn client_unblock(a: &[Bytes]) -> Result<super::request::Request, Error> {
     let id = args::int(&a[2])? as u64;
     let error = match a.get(3) {
         None => false,
@@ -179,7 +179,7 @@ pub(super) fn client_unblock(a: &[Bytes]) -> Result<Request, Error> {
     if a.len() > 4 {
         return Err(Error::syntax());
     }
-    Ok(Request::ClientUnblock { id, error })
+    Ok(super::request::Request::ClientUnblock { id, error })
 }
 
 pub(super) fn acl_cat(a: &[Bytes]) -> Result<Request, Error> {

@@ -20,7 +20,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 
-use super::clients::Unblock;
 use super::global::Global;
 use super::msg::{Done, Durable, Moving, ShardMsg, ThreadMsg};
 use super::session::Session;
@@ -206,7 +205,7 @@ enum Event {
     Reply(Option<Durable<Reply>>),
     /// Bytes or end of stream.
     Read(std::io::Result<usize>),
-    /// A kill or CLIENT UNBLOCK.
+    /// A kill.
     Wake,
     /// Server shutdown.
     Shutdown,
@@ -356,11 +355,11 @@ impl<S: Transport> Conn<S> {
         r.encode(self.session.proto(), &mut self.out);
     }
 
-    /// Runs every complete request in the input buffer.
+    /// Runs every complete request in the input buffer (none more once the client is killed).
     async fn process<D: Service>(&mut self, service: &mut D) {
         // The replies' room at once, rather than growing it from a few bytes reply by reply.
         self.out.reserve(BUF_START);
-        while !self.session.close {
+        while !self.session.close && !self.session.client().is_killed() {
             let authed = self.session.is_authenticated();
             match self
                 .parser
@@ -396,23 +395,26 @@ impl<S: Transport> Conn<S> {
                 Some(r) => self.push(r),
                 None => self.session.close = true,
             },
+            Done::Killed => self.session.close = true,
         }
     }
 
-    /// Waits for a parked acquire's reply while watching the socket, kills, CLIENT UNBLOCK and
-    /// shutdown. `None` means the connection is to close (its waiter was removed).
+    /// Waits for a parked acquire's reply while watching the socket, kills and shutdown. CLIENT
+    /// UNBLOCK ends the wait on the unblocker's side (dispatch.rs): its reply comes on `rx`.
+    /// `None` means the connection is to close (its waiter was removed).
     async fn wait_parked(
         &mut self,
         shard: usize,
         id: WaiterId,
         mut rx: oneshot::Receiver<Durable<Reply>>,
     ) -> Option<Reply> {
+        let client = self.session.client().clone();
         if self.write_out().await.is_err() {
             self.cancel(shard, id, Cancel::Disconnected).await;
+            client.parking().unpark(id);
             return None;
         }
         self.release_buffers();
-        let client = self.session.client().clone();
         self.session.registration().set_blocked(true);
         let result = loop {
             let ev = tokio::select! {
@@ -429,18 +431,7 @@ impl<S: Transport> Conn<S> {
                 Event::Reply(None) => break None,
                 Event::Read(Ok(0) | Err(_)) | Event::Shutdown => true,
                 Event::Read(Ok(_)) => self.over_query_limit(),
-                Event::Wake if client.is_killed() => true,
-                Event::Wake => {
-                    if let Some(why) = client.take_unblock() {
-                        let why = match why {
-                            Unblock::Timeout => Cancel::UnblockTimeout,
-                            Unblock::Error => Cancel::UnblockError,
-                        };
-                        // The reply (time-out, error, or a grant that came first) arrives on `rx`.
-                        self.cancel(shard, id, why).await;
-                    }
-                    false
-                }
+                Event::Wake => client.is_killed(),
             };
             if gone {
                 self.cancel(shard, id, Cancel::Disconnected).await;
@@ -448,11 +439,13 @@ impl<S: Transport> Conn<S> {
             }
         };
         self.session.registration().set_blocked(false);
+        client.parking().unpark(id);
         result
     }
 
-    /// Takes a parked acquire out of shard `shard`'s queue.
-    async fn cancel(&self, shard: usize, waiter: WaiterId, why: Cancel) -> bool {
+    /// Takes a parked acquire out of shard `shard`'s queue, as `why` says; whether it was still
+    /// parked there (a grant or a time-out may have ended it first).
+    pub async fn cancel(&self, shard: usize, waiter: WaiterId, why: Cancel) -> bool {
         if shard == self.ctx.id {
             return self.ctx.cancel(waiter, why);
         }

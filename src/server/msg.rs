@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::acl::User;
+use super::parking::Parking;
 use super::session::Session;
 use crate::engine::page::{Page, PageOf};
 use crate::engine::request::EngineRequest;
@@ -57,6 +58,8 @@ pub enum Done {
     Reply(Reply),
     /// Parked: the reply comes on the receiver; the id cancels it.
     Parked(oneshot::Receiver<Durable<Reply>>, WaiterId),
+    /// Not run, or taken out of its queue as it parked: its client was killed meanwhile.
+    Killed,
 }
 
 /// A request for a shard thread's engine shard; each carries the channel of its answer.
@@ -66,8 +69,8 @@ pub enum ShardMsg {
     Exec {
         /// Requests, all for namespaces of this shard.
         reqs: Vec<EngineRequest>,
-        /// False inside MULTI: acquires never wait.
-        may_wait: bool,
+        /// The client an acquire may park for (`None` inside MULTI: acquires never wait).
+        parker: Option<Arc<Parking>>,
         /// Results, one per request run.
         reply: oneshot::Sender<Durable<Vec<Done>>>,
     },

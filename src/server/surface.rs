@@ -8,7 +8,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use super::acl;
-use super::clients::Unblock;
 use super::global::Global;
 use super::info;
 use super::session::Session;
@@ -69,15 +68,6 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
             Reply::Verbatim(text.into())
         }
         Request::ClientKill(f) => client_kill(s, g, &f),
-        Request::ClientUnblock { id, error } => {
-            let why = if error {
-                Unblock::Error
-            } else {
-                Unblock::Timeout
-            };
-            let unblocked = g.clients.get(id).is_some_and(|c| c.request_unblock(why));
-            Reply::Int(i64::from(unblocked))
-        }
         Request::ClientUnsupported(what) => Reply::Error(Error::Err(format!(
             "permitd does not support {what} (CLIENT TRACKING and related subcommands)"
         ))),

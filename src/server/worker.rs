@@ -15,6 +15,7 @@ use tokio::sync::{oneshot, Notify};
 use super::background::{Background, Gone};
 use super::global::Global;
 use super::msg::{Done, Durable, ShardInfo, ShardMsg};
+use super::parking::Parking;
 use crate::engine::request::EngineRequest;
 use crate::engine::room::{shrink_map, FastMap};
 use crate::engine::types::{Name, Nanos};
@@ -100,18 +101,29 @@ impl ShardCtx {
         now
     }
 
-    /// Runs one request of this shard's namespaces.
-    pub fn exec(&self, req: EngineRequest, may_wait: bool) -> Done {
-        let done = self.exec_at(self.now(), req, may_wait);
+    /// Runs one request of this shard's namespaces; an acquire may park for `parker`.
+    pub fn exec(&self, req: EngineRequest, parker: Option<&Arc<Parking>>) -> Done {
+        let done = self.exec_at(self.now(), req, parker);
         self.settle();
         done
     }
 
-    /// Runs one request at `now`; the caller settles.
-    fn exec_at(&self, now: Nanos, req: EngineRequest, may_wait: bool) -> Done {
-        match self.engine.borrow_mut().execute(now, req, may_wait) {
+    /// Runs one request at `now`; the caller settles. An acquire parks only for a `parker`, and
+    /// one whose client was killed (by another thread, which then cancels what it finds parked)
+    /// runs nothing, or leaves the queue at once if the kill came as it parked.
+    fn exec_at(&self, now: Nanos, req: EngineRequest, parker: Option<&Arc<Parking>>) -> Done {
+        if parker.is_some_and(|p| p.is_killed()) {
+            return Done::Killed;
+        }
+        match self.engine.borrow_mut().execute(now, req, parker.is_some()) {
             Exec::Reply(r) => Done::Reply(r),
             Exec::Parked(id) => {
+                if !parker.is_some_and(|p| p.park(self.id, id)) {
+                    self.engine
+                        .borrow_mut()
+                        .cancel(now, id, Cancel::Disconnected);
+                    return Done::Killed;
+                }
                 let (tx, rx) = oneshot::channel();
                 self.parked.borrow_mut().insert(id, tx);
                 Done::Parked(rx, id)
@@ -122,11 +134,11 @@ impl ShardCtx {
     /// Runs requests in order, stopping after the first that parks. They all run at one
     /// instant: nothing (an expiry, a time-out) happens between two of them, which is what makes
     /// a MULTI/EXEC atomic.
-    pub fn exec_batch(&self, reqs: Vec<EngineRequest>, may_wait: bool) -> Vec<Done> {
+    pub fn exec_batch(&self, reqs: Vec<EngineRequest>, parker: Option<&Arc<Parking>>) -> Vec<Done> {
         let now = self.now();
         let mut out = Vec::with_capacity(reqs.len());
         for r in reqs {
-            let d = self.exec_at(now, r, may_wait);
+            let d = self.exec_at(now, r, parker);
             let parked = matches!(d, Done::Parked(..));
             out.push(d);
             if parked {
@@ -214,10 +226,10 @@ impl ShardCtx {
         match msg {
             ShardMsg::Exec {
                 reqs,
-                may_wait,
+                parker,
                 reply,
             } => {
-                let done = self.exec_batch(reqs, may_wait);
+                let done = self.exec_batch(reqs, parker.as_ref());
                 let lsn = self.last_lsn();
                 let _ = reply.send(Durable { value: done, lsn });
             }

@@ -559,6 +559,41 @@ pub fn info_int(con: &mut redis::Connection, key: &str) -> i64 {
         .unwrap_or_else(|_| panic!("INFO {key}:{v} is not a number"))
 }
 
+/// Waits up to 10 s until INFO shows exactly `n` parked waiters and `n` blocked clients.
+pub fn wait_parked(con: &mut redis::Connection, n: i64) {
+    let mut last = (0, 0);
+    let seen = wait_until(Duration::from_secs(10), || {
+        last = (info_int(con, "waiters"), info_int(con, "blocked_clients"));
+        last == (n, n)
+    });
+    assert!(
+        seen,
+        "expected waiters:{n} and blocked_clients:{n} in INFO, last seen (waiters, blocked) = {last:?}"
+    );
+}
+
+/// Clients per shard thread, from INFO's `clients_per_shard`.
+pub fn clients_per_shard(con: &mut redis::Connection) -> Vec<i64> {
+    let info = text(&ok(con, &["INFO", "clients"]));
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix("clients_per_shard:"))
+        .unwrap_or_else(|| panic!("INFO has no clients_per_shard line:\n{info}"))
+        .split(',')
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+/// A namespace name that shard `shard` of 2 owns: `prefix` and the first number that makes one.
+pub fn namespace_on(shard: usize, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|n| {
+            let name = permitd::engine::types::Name::new_unchecked(bytes::Bytes::from(n.clone()));
+            permitd::engine::route::shard_for(&name, 2) == shard
+        })
+        .unwrap()
+}
+
 /// A field of an entity reply read off a raw socket; panics naming the field when it is missing.
 pub fn resp_field<'a>(reply: &'a Resp, name: &str) -> &'a Resp {
     reply
