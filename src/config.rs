@@ -86,10 +86,16 @@ pub struct Config {
     pub tcp_keepalive: u64,
 
     /// Disconnect a client whose replies could not be written for this many seconds (it stopped
-    /// reading); 0 never does. permitd stops reading a client while its replies are unwritten,
-    /// so such a client costs a bounded amount of memory meanwhile.
+    /// reading); 0 never does.
     #[arg(long, env = "PERMITD_CLIENT_OUTPUT_TIMEOUT", default_value_t = 60)]
     pub client_output_timeout: u64,
+
+    /// Most bytes of replies buffered for one client before it is disconnected (Redis's
+    /// `client-output-buffer-limit` hard limit); 0 means none. permitd keeps reading a client
+    /// while its replies wait, so that a pipeline written before any reply is read completes;
+    /// this bounds what a client that reads slowly or never costs.
+    #[arg(long, env = "PERMITD_CLIENT_OUTPUT_BUFFER_LIMIT", default_value_t = 64 * 1024 * 1024)]
+    pub client_output_buffer_limit: usize,
 
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing directive).
     #[arg(long, env = "PERMITD_LOG_LEVEL", default_value = "info")]
@@ -301,6 +307,10 @@ impl Config {
             (
                 "client-output-timeout",
                 self.client_output_timeout.to_string(),
+            ),
+            (
+                "client-output-buffer-limit",
+                self.client_output_buffer_limit.to_string(),
             ),
             ("log-level", self.log_level.clone()),
             ("proto-max-bulk-len", self.proto_max_bulk_len.to_string()),

@@ -1,18 +1,290 @@
-//! Kills and unblocks over real sockets (issue 17 F7, F8): `CLIENT KILL`, `ACL DELUSER` and
-//! `CLIENT UNBLOCK` end a parked acquire before they are answered, so that a release right
-//! behind them in the same write never grants it.
+//! Flow control over real sockets (issue 17 F2, F7, F8): what a client that pipelines a lot,
+//! reads late or never reads costs and gets, and how a kill or an unblock ends a parked acquire
+//! before the command that ends it is answered.
 //!
-//! Every wait is bounded.
+//! - A pipeline written in full before any reply is read (redis-py's way) completes, in order,
+//!   each reply once: the server keeps reading while its replies wait.
+//! - A client that never reads is closed once its unwritten replies pass
+//!   `--client-output-buffer-limit`, and costs bounded memory until then.
+//! - `CLIENT KILL`, `ACL DELUSER` and `CLIENT UNBLOCK` end a parked acquire synchronously: a
+//!   release right behind them in the same write never grants it.
+//!
+//! Every wait is bounded; memory bounds are generous (they tell "bounded" from "grows with the
+//! pipeline", not megabytes).
 
 mod common;
 
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::mpsc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use common::*;
 use permitd::server::conn::MOVE_AFTER;
 
 const ACQUIRED: &str = "ACQUIRE_OUTCOME_ACQUIRED";
 const TIMED_OUT: &str = "ACQUIRE_OUTCOME_TIMED_OUT";
+
+/// How long something that should happen "at once" may take. Generous on purpose.
+const PROMPT: Duration = Duration::from_secs(10);
+
+/// How long a writer may stay blocked on a pipeline before the test calls it a deadlock. The
+/// server's own output timeout (60 s) is longer, so a deadlock shows here first.
+const WRITE_BOUND: Duration = Duration::from_secs(20);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// Connected clients now.
+fn client_count(con: &mut redis::Connection) -> usize {
+    text(&ok(con, &["CLIENT", "LIST"])).lines().count()
+}
+
+/// Writes `bytes` on a thread of its own and waits up to [`WRITE_BOUND`] for the write to end;
+/// returns how it ended (`None`: still blocked, a deadlock).
+fn write_in_background(stream: &TcpStream, bytes: Vec<u8>) -> Option<std::io::Result<()>> {
+    let mut w = stream.try_clone().unwrap();
+    w.set_write_timeout(Some(WRITE_BOUND * 2)).unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(w.write_all(&bytes).and_then(|()| w.flush()));
+    });
+    rx.recv_timeout(WRITE_BOUND).ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// F2: large pipelines
+// ---------------------------------------------------------------------------------------------
+
+/// Writes requests `request(0..n)` (over 5 MB) in full before it reads a reply, as redis-py sends
+/// a pipeline, then reads the replies, each checked by `check(i, reply)` in order, and checks
+/// that nothing more comes, all `within` a bound.
+fn write_all_then_read(
+    raw: &mut RawConn,
+    n: usize,
+    within: Duration,
+    request: impl Fn(usize) -> Vec<u8>,
+    check: impl Fn(usize, Resp),
+) {
+    let bytes: Vec<u8> = (0..n).flat_map(request).collect();
+    assert!(bytes.len() > 5_000_000, "{} bytes", bytes.len());
+    let t0 = Instant::now();
+    let written = write_in_background(raw.stream(), bytes);
+    assert!(
+        matches!(written, Some(Ok(()))),
+        "the pipeline could not be written within {WRITE_BOUND:?}: {written:?} (the server stopped reading)"
+    );
+    for i in 0..n {
+        let reply = raw
+            .read_reply()
+            .unwrap_or_else(|e| panic!("reply {i}: {e}"));
+        check(i, reply);
+    }
+    assert_eq!(
+        raw.cmd(&["PING"]),
+        Resp::Simple("PONG".into()),
+        "no reply more"
+    );
+    let took = t0.elapsed();
+    eprintln!("{n} requests written before reading: {took:?}");
+    assert!(took < within, "took {took:?}");
+}
+
+/// 100,000 ECHOs (12 MB) written in full before a reply is read: the server reads on while its
+/// replies wait, and every reply comes once, in order.
+#[test]
+fn a_large_pipeline_written_before_reading_completes_in_order_exactly_once() {
+    let server = Server::start();
+    let msg = |i: usize| format!("echo-{i:095}").into_bytes();
+    write_all_then_read(
+        &mut server.raw(),
+        100_000,
+        Duration::from_secs(30),
+        |i| encode(&[b"ECHO", &msg(i)]),
+        |i, reply| assert_eq!(reply, Resp::Bulk(Some(msg(i))), "reply {i}"),
+    );
+}
+
+/// 50,000 LEASE.CREATE (5.5 MB) written in full before a reply is read: each is answered once,
+/// in order, and exactly 50,000 leases exist afterwards (redis-py, whose pipeline deadlocked,
+/// sent it again after the output timeout, and made 199,997). Under `--fsync everysec`: with
+/// `always`, replies wait for an fsync every 64 KiB of them, which on a busy CI disk takes the
+/// test from about 2 s to 15 s and tells nothing more here.
+#[test]
+fn a_large_pipeline_of_changes_creates_each_lease_once() {
+    let server = Server::start_with(&["--fsync", "everysec"]);
+    let mut admin = server.conn();
+    ok(&mut admin, &["NS.CREATE", "bulk"]);
+    let pid = |i: usize| format!("worker-{i:080}").into_bytes();
+    write_all_then_read(
+        &mut server.raw(),
+        50_000,
+        Duration::from_secs(60),
+        |i| encode(&[b"LEASE.CREATE", b"bulk", &pid(i), b"60"]),
+        |i, reply| {
+            let got = resp_field(&reply, "process_id");
+            assert_eq!(got, &Resp::Bulk(Some(pid(i))), "reply {i}");
+        },
+    );
+    assert_eq!(info_int(&mut admin, "leases"), 50_000, "each lease once");
+}
+
+/// A pipeline read on another thread while it is written, with replies of every size: they come
+/// in order, each once, while the server reads, runs and writes at the same time.
+#[test]
+fn a_pipeline_read_while_written_gets_every_reply_in_order() {
+    let server = Server::start();
+    let mut raw = server.raw();
+    const N: usize = 20_000;
+    let msg = |i: usize| format!("{i}-{}", "z".repeat(i % 3000));
+    let mut bytes = Vec::new();
+    for i in 0..N {
+        bytes.extend(encode(&[b"ECHO", msg(i).as_bytes()]));
+    }
+    let mut w = raw.stream().try_clone().unwrap();
+    w.set_write_timeout(Some(WRITE_BOUND)).unwrap();
+    let writer = thread::spawn(move || w.write_all(&bytes));
+    for i in 0..N {
+        let got = raw
+            .read_reply()
+            .unwrap_or_else(|e| panic!("reply {i}: {e}"));
+        assert_eq!(got, Resp::Bulk(Some(msg(i).into_bytes())), "reply {i}");
+    }
+    writer
+        .join()
+        .unwrap()
+        .expect("the whole pipeline is written");
+    assert_eq!(raw.cmd(&["PING"]), Resp::Simple("PONG".into()));
+}
+
+/// A client that writes and never reads is closed once its unwritten replies pass the output
+/// buffer limit, long before the output timeout, and costs bounded memory until then.
+#[test]
+fn a_client_that_never_reads_is_closed_at_the_output_limit() {
+    let server = Server::start_with(&["--client-output-buffer-limit", "8388608"]);
+    let mut admin = server.conn();
+    let base = server.rss_kb();
+    let raw = server.raw();
+    // 40 MB of replies asked for: 10,000 ECHOs of 4 KiB.
+    let payload = vec![b'x'; 4096];
+    let one = encode(&[b"ECHO", &payload]);
+    let mut bytes = Vec::with_capacity(one.len() * 10_000);
+    for _ in 0..10_000 {
+        bytes.extend_from_slice(&one);
+    }
+    let written = write_in_background(raw.stream(), bytes);
+    let mut peak = 0;
+    let closed = wait_until(PROMPT, || {
+        peak = peak.max(server.rss_kb());
+        client_count(&mut admin) == 1
+    });
+    assert!(closed, "the client was not closed at its output limit");
+    assert!(
+        !matches!(written, Some(Ok(()))),
+        "the server read the whole pipeline of a client it closed: {written:?}"
+    );
+    let grew = peak.saturating_sub(base);
+    assert!(grew < 96 * 1024, "RSS grew by {grew} kB for one client");
+    assert!(
+        server
+            .log_contents()
+            .contains("closing client that reached the output buffer limit"),
+        "{}",
+        server.log_tail(20)
+    );
+    // The server goes on.
+    assert_eq!(text(&ok(&mut admin, &["PING"])), "PONG");
+}
+
+/// With `--client-output-timeout 1`, of two clients sending the same 8 MB of replies' worth, the
+/// one that never reads is closed after about a second without a byte written, and the one that
+/// reads slowly (a piece every 300 ms) is not: its replies come in full.
+#[test]
+fn the_output_timeout_closes_a_stalled_client_and_spares_a_slow_reader() {
+    let server = Server::start_with(&["--client-output-timeout", "1"]);
+    let mut admin = server.conn();
+    let payload = vec![b'y'; 4096];
+    let one = encode(&[b"ECHO", &payload]);
+    let pipeline: Vec<u8> = (0..2000).flat_map(|_| one.iter().copied()).collect();
+    let mut stalled = server.raw();
+    assert_eq!(
+        stalled.cmd(&["CLIENT", "SETNAME", "stalled"]),
+        Resp::Simple("OK".into())
+    );
+    let mut slow = server.raw();
+    assert_eq!(
+        slow.cmd(&["CLIENT", "SETNAME", "slow"]),
+        Resp::Simple("OK".into())
+    );
+    let _ = write_in_background(stalled.stream(), pipeline.clone());
+    let mut w = slow.stream().try_clone().unwrap();
+    let writer = thread::spawn(move || w.write_all(&pipeline));
+    let mut got = 0;
+    let mut gone = false;
+    let t0 = Instant::now();
+    while got < 2000 {
+        thread::sleep(Duration::from_millis(300));
+        // About 512 KiB a turn: what arrived, whole replies only.
+        for _ in 0..120 {
+            if got == 2000 {
+                break;
+            }
+            let r = slow.read_reply().expect("the slow reader's replies");
+            assert_eq!(r, Resp::Bulk(Some(payload.clone())), "reply {got}");
+            got += 1;
+        }
+        let list = text(&ok(&mut admin, &["CLIENT", "LIST"]));
+        gone |= !list.contains("name=stalled");
+        assert!(
+            list.contains("name=slow"),
+            "the slow reader was closed:\n{list}"
+        );
+    }
+    writer
+        .join()
+        .unwrap()
+        .expect("the slow reader's pipeline is written");
+    assert!(
+        gone,
+        "the stalled client is still connected after {:?}",
+        t0.elapsed()
+    );
+    assert!(server
+        .log_contents()
+        .contains("closing client that stopped reading its replies"));
+}
+
+/// `--timeout 1` closes a client that sends nothing, and not one parked in SEM.ACQUIRE.
+#[test]
+fn the_idle_timeout_closes_an_idle_client_not_a_parked_one() {
+    let server = Server::start_with(&["--timeout", "1"]);
+    let mut admin = server.conn();
+    setup(&mut admin, "idle", "s", 1);
+    let holder = lease(&mut admin, "idle", "holder", 60);
+    acquire_now(&mut admin, "idle", "s", &holder, 1);
+    let waiter = lease(&mut admin, "idle", "waiter", 60);
+    let mut parked = server.raw();
+    parked
+        .send_cmd(&[
+            b"SEM.ACQUIRE",
+            b"idle",
+            b"s",
+            waiter.as_bytes(),
+            b"1",
+            b"2.5",
+        ])
+        .unwrap();
+    let mut idle = server.raw();
+    let (_, end) = idle.read_to_end(Duration::from_secs(5));
+    assert_eq!(end, End::Closed, "the idle client");
+    let r = parked.read_reply().expect("the parked acquire's reply");
+    assert_eq!(
+        resp_field(&r, "outcome"),
+        &Resp::Bulk(Some(TIMED_OUT.as_bytes().to_vec()))
+    );
+}
 
 // ---------------------------------------------------------------------------------------------
 // F7, F8: ending a parked acquire synchronously
