@@ -1,11 +1,12 @@
-//! Flow control over real sockets (issue 17 F2, F7, F8): what a client that pipelines a lot,
+//! Flow control over real sockets (issue 17 F1, F2, F7, F8): what a client that pipelines a lot,
 //! reads late or never reads costs and gets, and how a kill or an unblock ends a parked acquire
 //! before the command that ends it is answered.
 //!
 //! - A pipeline written in full before any reply is read (redis-py's way) completes, in order,
 //!   each reply once: the server keeps reading while its replies wait.
 //! - A client that never reads is closed once its unwritten replies pass
-//!   `--client-output-buffer-limit`, and costs bounded memory until then.
+//!   `--client-output-buffer-limit`, and costs bounded memory until then, also when its
+//!   requests run as a batch on another shard thread.
 //! - `CLIENT KILL`, `ACL DELUSER` and `CLIENT UNBLOCK` end a parked acquire synchronously: a
 //!   release right behind them in the same write never grants it.
 //!
@@ -36,6 +37,19 @@ const WRITE_BOUND: Duration = Duration::from_secs(20);
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
+
+/// A new raw connection and the shard thread that serves it (of 2), seen from `admin`.
+fn raw_with_home(server: &Server, admin: &mut redis::Connection) -> (RawConn, usize) {
+    let before = clients_per_shard(admin);
+    let raw = server.raw();
+    let mut after = before.clone();
+    assert!(wait_until(PROMPT, || {
+        after = clients_per_shard(admin);
+        after.iter().sum::<i64>() == before.iter().sum::<i64>() + 1
+    }));
+    let home = (0..2).find(|&s| after[s] == before[s] + 1).unwrap();
+    (raw, home)
+}
 
 /// Connected clients now.
 fn client_count(con: &mut redis::Connection) -> usize {
@@ -284,6 +298,74 @@ fn the_idle_timeout_closes_an_idle_client_not_a_parked_one() {
         resp_field(&r, "outcome"),
         &Resp::Bulk(Some(TIMED_OUT.as_bytes().to_vec()))
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// F1: a remote batch of large replies, never read
+// ---------------------------------------------------------------------------------------------
+
+/// 143 SEM.HOLDERS of 250 holders with maximal metadata (about 3 MB each) in one 8 KiB write,
+/// for a namespace on the other shard thread, never read: before, every reply of the batch was
+/// built before the first write and the server held about 1.1 GB until the output timeout. Now
+/// the batch comes back in pieces, and the client is closed at its output limit.
+#[test]
+fn a_remote_batch_of_huge_replies_to_a_client_that_never_reads_stays_bounded() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let (mut raw, home) = raw_with_home(&server, &mut admin);
+    let ns = namespace_on(1 - home, "f");
+    ok(&mut admin, &["NS.CREATE", &ns]);
+    ok(&mut admin, &["SEM.CREATE", &ns, "s", "1000"]);
+    // 250 holders, each with 32 metadata entries of a 128-byte key and a 256-byte value.
+    let mut pipe = redis::pipe();
+    for i in 0..250 {
+        pipe.cmd("LEASE.CREATE")
+            .arg(&ns)
+            .arg(format!("p{i}"))
+            .arg(300);
+    }
+    let leases: Vec<redis::Value> = pipe.query(&mut admin).unwrap();
+    let mut pipe = redis::pipe();
+    for (i, l) in leases.iter().enumerate() {
+        let c = pipe.cmd("SEM.ACQUIRE");
+        c.arg(&ns)
+            .arg("s")
+            .arg(text(&field(l, "lease_id")))
+            .arg(1)
+            .arg(0);
+        c.arg("META");
+        for k in 0..32 {
+            c.arg(format!("{i:04}-{k:02}-{}", "k".repeat(120)));
+            c.arg("v".repeat(256));
+        }
+    }
+    let _: Vec<redis::Value> = pipe.query(&mut admin).unwrap();
+    let one = encode(&[b"SEM.HOLDERS", ns.as_bytes(), b"s", b"LIMIT", b"250"]);
+    let mut bytes = Vec::new();
+    while bytes.len() + one.len() <= 8192 {
+        bytes.extend_from_slice(&one);
+    }
+    assert_eq!(
+        bytes.len() / one.len(),
+        143,
+        "{} bytes a request",
+        one.len()
+    );
+    let base = server.rss_kb();
+    raw.send(&bytes).unwrap();
+    let mut peak = 0;
+    let closed = wait_until(Duration::from_secs(20), || {
+        peak = peak.max(server.rss_kb());
+        client_count(&mut admin) == 1
+    });
+    let grew = peak.saturating_sub(base);
+    eprintln!("RSS before {base} kB, peak {peak} kB (+{grew} kB)");
+    assert!(closed, "the client that never reads is still connected");
+    assert!(
+        grew < 320 * 1024,
+        "RSS grew by {grew} kB for one client that never reads"
+    );
+    assert_eq!(text(&ok(&mut admin, &["PING"])), "PONG");
 }
 
 // ---------------------------------------------------------------------------------------------

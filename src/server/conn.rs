@@ -39,8 +39,9 @@ use crate::engine::{Cancel, WaiterId};
 use crate::error::Error;
 use crate::protocol::{ProtocolError, Reply, RequestParser};
 
-/// Replies are written once this much more is buffered, even mid-pipeline.
-const OUT_FLUSH: usize = 64 * 1024;
+/// Replies are written once this much more is buffered, even mid-pipeline; a batch for another
+/// shard comes back in pieces of about this size (dispatch.rs).
+pub const OUT_FLUSH: usize = 64 * 1024;
 
 /// Room for one read into an empty read buffer, and for the replies to it. 8 KiB blocks live in
 /// mimalloc's 64 KiB small pages (blocks up to 10 KiB), so a buffer alive after a disconnect
@@ -509,7 +510,7 @@ impl<S: Transport> Conn<S> {
 
     /// Sends the buffered replies (see [`Conn::send`]) once another [`OUT_FLUSH`] of them came
     /// since the last time. False when the connection is to close (and then marked so).
-    async fn send_some(&mut self) -> bool {
+    pub async fn send_some(&mut self) -> bool {
         if self.out.len() < self.sent + OUT_FLUSH {
             return true;
         }
@@ -547,6 +548,11 @@ impl<S: Transport> Conn<S> {
     /// Buffers a reply, encoded in the session's protocol.
     pub fn push(&mut self, r: Reply) {
         r.encode(self.session.proto(), &mut self.out);
+    }
+
+    /// Buffers replies already encoded in the session's protocol (a batch's, by its shard).
+    pub fn push_encoded(&mut self, replies: &[u8]) {
+        self.out.extend_from_slice(replies);
     }
 
     /// Runs every complete request in the input buffer (none more once the client is killed).

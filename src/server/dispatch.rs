@@ -4,7 +4,8 @@
 //!
 //! - an engine command on its namespace's shard: inline when that is this thread's shard, else
 //!   sent to the other thread; consecutive non-blocking commands for one other shard travel as
-//!   one message (a batch), flushed before anything else is answered;
+//!   one message (a batch), flushed before anything else is answered, whose replies come back
+//!   encoded, a piece of about `OUT_FLUSH` at a time;
 //! - CLIENT KILL, ACL DELUSER and CLIENT UNBLOCK end parked acquires on their shards, and wait
 //!   for it, before they are answered: a release right behind them frees no permit for a
 //!   waiter that is gone;
@@ -12,13 +13,14 @@
 //! - the rest on the connection's session (surface.rs);
 //! - MULTI / EXEC / DISCARD through multi.rs, which decides what EXEC runs.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::conn::{Conn, Service, Transport};
+use super::conn::{Conn, Service, Transport, OUT_FLUSH};
 use super::info;
-use super::msg::{Done, Durable, ShardMsg};
+use super::msg::{Done, Durable, Ran, ShardMsg};
 use super::multi::{self, Step, Transaction};
 use super::parking::Parking;
 use super::session::check_permissions;
@@ -40,7 +42,7 @@ const DEBUG_NOT_ALLOWED: &str = "DEBUG command not allowed. If the enable-debug-
 pub struct Dispatch {
     /// Non-blocking requests for shard `batch_shard`, not sent yet.
     batch_shard: usize,
-    batch: Vec<EngineRequest>,
+    batch: VecDeque<EngineRequest>,
     /// The transaction being queued.
     multi: Option<Transaction>,
 }
@@ -151,26 +153,43 @@ impl Dispatch {
                 self.flush_batch(conn).await;
             }
             self.batch_shard = shard;
-            self.batch.push(r);
+            self.batch.push_back(r);
         }
     }
 
-    /// Sends the pending batch to its shard and buffers its replies.
+    /// Sends the pending batch to its shard and buffers its replies. The shard runs it until
+    /// the replies reach `OUT_FLUSH` bytes and sends back what is left, which goes again once
+    /// those replies are buffered (and written as far as the client reads them): what a
+    /// pipeline for another shard builds before a write is one piece, not all of its replies.
     async fn flush_batch<S: Transport>(&mut self, conn: &mut Conn<S>) {
-        if self.batch.is_empty() {
-            return;
-        }
-        let reqs = std::mem::take(&mut self.batch);
-        let n = reqs.len();
+        let mut reqs = std::mem::take(&mut self.batch);
         let shard = self.batch_shard;
-        let results = remote(conn, shard, reqs, None).await;
-        let missing = n - results.len();
-        for d in results {
-            conn.answer(shard, d).await;
+        while !reqs.is_empty() {
+            let n = reqs.len();
+            let proto = conn.session.proto();
+            let msg = |reply| ShardMsg::Batch {
+                reqs,
+                proto,
+                budget: OUT_FLUSH,
+                reply,
+            };
+            let Some(Durable { value, lsn }) = conn.g.ask(shard, msg).await else {
+                for _ in 0..n {
+                    conn.push(shutting_down());
+                }
+                return;
+            };
+            let Ran { out, rest } = value;
+            conn.note(shard, lsn);
+            conn.push_encoded(&out);
+            if !conn.send_some().await {
+                // The client is closed (past its output limit): the rest never runs.
+                return;
+            }
+            reqs = rest;
         }
-        for _ in 0..missing {
-            conn.push(shutting_down());
-        }
+        // The room the batch grew to stays for the next one.
+        self.batch = reqs;
     }
 
     /// Runs a request that is not an engine command of one namespace; `None` when nothing is

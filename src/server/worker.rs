@@ -6,22 +6,25 @@
 //! connections, which thread.rs serves on the same thread.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::BytesMut;
 use tokio::sync::{oneshot, Notify};
 
 use super::background::{Background, Gone};
 use super::global::Global;
-use super::msg::{Done, Durable, ShardInfo, ShardMsg};
+use super::msg::{Done, Durable, Ran, ShardInfo, ShardMsg};
 use super::parking::Parking;
 use crate::engine::request::EngineRequest;
 use crate::engine::room::{shrink_map, FastMap};
 use crate::engine::types::{Name, Nanos};
 use crate::engine::{Cancel, Exec, Shard, WaiterId};
+use crate::error::Error;
 use crate::persist::{self, Fsync, ShardState, Store};
-use crate::protocol::Reply;
+use crate::protocol::{Proto, Reply};
 
 /// A shard's runtime (see the module docs), shared by its thread's tasks through an `Rc`.
 pub struct ShardCtx {
@@ -149,6 +152,35 @@ impl ShardCtx {
         out
     }
 
+    /// Runs non-blocking requests from the front of `reqs`, encoding their replies in `proto`,
+    /// until the replies reach `budget` bytes (at least one runs); the rest stay in `reqs`. A
+    /// pipeline of large replies (SEM.HOLDERS of big holders) is thus built a piece at a time,
+    /// each piece written (or found past the client's output limit) before the next is built.
+    pub fn run_batch(
+        &self,
+        reqs: &mut VecDeque<EngineRequest>,
+        proto: Proto,
+        budget: usize,
+    ) -> BytesMut {
+        let now = self.now();
+        let mut out = BytesMut::new();
+        while let Some(r) = reqs.pop_front() {
+            let reply = match self.exec_at(now, r, None) {
+                Done::Reply(reply) => reply,
+                // Without a parker nothing is left parked (exec_at takes it out at once).
+                Done::Parked(..) | Done::Killed => {
+                    Reply::Error(Error::Err("this acquire cannot wait here".into()))
+                }
+            };
+            reply.encode(proto, &mut out);
+            if out.len() >= budget {
+                break;
+            }
+        }
+        self.settle();
+        out
+    }
+
     /// Takes a parked acquire of this shard out of its queue.
     pub fn cancel(&self, waiter: WaiterId, why: Cancel) -> bool {
         let now = self.now();
@@ -232,6 +264,17 @@ impl ShardCtx {
                 let done = self.exec_batch(reqs, parker.as_ref());
                 let lsn = self.last_lsn();
                 let _ = reply.send(Durable { value: done, lsn });
+            }
+            ShardMsg::Batch {
+                mut reqs,
+                proto,
+                budget,
+                reply,
+            } => {
+                let out = self.run_batch(&mut reqs, proto, budget);
+                let value = Ran { out, rest: reqs };
+                let lsn = self.last_lsn();
+                let _ = reply.send(Durable { value, lsn });
             }
             ShardMsg::Cancel { waiter, why, reply } => {
                 let _ = reply.send(self.cancel(waiter, why));
