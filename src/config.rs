@@ -132,15 +132,18 @@ pub struct Config {
     pub max_metadata_value_len: usize,
 
     /// Shortest lease ttl, seconds.
-    #[arg(long, env = "PERMITD_MIN_LEASE_TTL", default_value_t = 1)]
+    #[arg(long, env = "PERMITD_MIN_LEASE_TTL", default_value_t = 1,
+          value_parser = clap::value_parser!(i64).range(1..=LONGEST_SECS))]
     pub min_lease_ttl: i64,
 
-    /// Longest lease ttl, seconds.
-    #[arg(long, env = "PERMITD_MAX_LEASE_TTL", default_value_t = 300)]
+    /// Longest lease ttl, seconds (at most 100 years).
+    #[arg(long, env = "PERMITD_MAX_LEASE_TTL", default_value_t = 300,
+          value_parser = clap::value_parser!(i64).range(1..=LONGEST_SECS))]
     pub max_lease_ttl: i64,
 
-    /// Longest SEM.ACQUIRE timeout, seconds.
-    #[arg(long, env = "PERMITD_MAX_ACQUIRE_TIMEOUT", default_value_t = 300.0)]
+    /// Longest SEM.ACQUIRE timeout, seconds (at most 100 years).
+    #[arg(long, env = "PERMITD_MAX_ACQUIRE_TIMEOUT", default_value_t = 300.0,
+          value_parser = seconds)]
     pub max_acquire_timeout: f64,
 
     /// Most namespaces on the server.
@@ -218,6 +221,23 @@ impl Protected {
             Protected::Local => "local",
         }
     }
+}
+
+/// The longest lease ttl or acquire timeout an option may allow: 100 years. A lease's death
+/// time is `now + ttl` in nanoseconds since 1970, which must fit an i64 (292 years); past about
+/// 9.2e9 s, `ttl * 1e9` alone overflowed, and a lease was acknowledged with a negative
+/// `expires_at`, dead at once.
+const LONGEST_SECS: i64 = 100 * 365 * 24 * 3600;
+
+/// Parses a duration option in seconds, fractions allowed, from 0 to [`LONGEST_SECS`].
+fn seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !(0.0..=LONGEST_SECS as f64).contains(&v) {
+        return Err(format!("{s} is not in 0..={LONGEST_SECS} seconds"));
+    }
+    Ok(v)
 }
 
 /// Parses Redis's `yes` / `no` (also true/false).

@@ -114,6 +114,45 @@ impl Server {
         }
     }
 
+    /// Runs the server with `args` and expects it to refuse to start: returns its exit status
+    /// and what it wrote to stderr. Panics if it is still running after [`START_TIMEOUT`].
+    pub fn refused(args: &[&str]) -> (std::process::ExitStatus, String) {
+        let root = unique_temp_dir();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_permitd"))
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &free_port().to_string(),
+                "--dir",
+            ])
+            .arg(root.join("data"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn permitd");
+        let deadline = Instant::now() + START_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for permitd") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("permitd started with {args:?}, where it should have refused");
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        let _ = child
+            .stderr
+            .take()
+            .map(|mut e| e.read_to_string(&mut stderr));
+        let _ = fs::remove_dir_all(&root);
+        (status, stderr)
+    }
+
     /// Waits up to `timeout` for the server to exit by itself, and returns how it exited
     /// (`None`: still running). Added for tests/panic.rs (DEBUG PANIC).
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
