@@ -4,6 +4,7 @@
 use bytes::Bytes;
 
 use crate::engine::request::EngineRequest;
+use crate::engine::types::Nanos;
 
 /// A validated request of any kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +120,9 @@ pub enum SessionRequest {
     Shutdown,
     /// `DEBUG PANIC`: crashes the server (with `--enable-debug-command`).
     DebugPanic,
+    /// `DEBUG CLOCK-STEP seconds`: moves the server's wall clock, as an NTP step would (to test
+    /// what a step does to leases and time-outs).
+    DebugClockStep(Nanos),
     /// `DEBUG HELP`.
     DebugHelp,
 }

@@ -5,6 +5,7 @@ use bytes::Bytes;
 
 use super::args;
 use super::request::{KillFilter, SessionRequest as Request};
+use crate::engine::types::{Nanos, NANOS_PER_SEC};
 use crate::error::Error;
 
 /// Words as text, for ACL rules and user names (Redis treats them as C strings too).
@@ -204,6 +205,16 @@ pub(super) fn debug(a: &[Bytes]) -> Result<Request, Error> {
     match (a.len(), &a[1]) {
         (2, w) if w.eq_ignore_ascii_case(b"panic") => Ok(Request::DebugPanic),
         (2, w) if w.eq_ignore_ascii_case(b"help") => Ok(Request::DebugHelp),
+        (3, w) if w.eq_ignore_ascii_case(b"clock-step") => {
+            let secs = std::str::from_utf8(&a[2])
+                .ok()
+                .and_then(|t| t.parse::<f64>().ok())
+                .filter(|s| s.is_finite() && s.abs() <= 100.0 * 365.0 * 86400.0)
+                .ok_or_else(|| Error::Err("value is not a valid float".into()))?;
+            Ok(Request::DebugClockStep(
+                (secs * NANOS_PER_SEC as f64) as Nanos,
+            ))
+        }
         _ => Err(Error::Err(format!(
             "unknown subcommand or wrong number of arguments for '{}'. Try DEBUG HELP.",
             String::from_utf8_lossy(&a[1][..a[1].len().min(128)])

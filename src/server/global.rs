@@ -3,9 +3,10 @@
 //! change (the shutdown flag, the durable LSNs, the engine's server-wide counters) is private,
 //! behind the methods of that party.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::futures::Notified;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -14,7 +15,7 @@ use super::acl::Acl;
 use super::clients::Registry;
 use super::msg::{ShardMsg, ThreadMsg};
 use crate::config::Config;
-use crate::engine::types::{Limits, Name};
+use crate::engine::types::{Limits, Name, Nanos};
 use crate::protocol::RequestLimits;
 
 /// See the module docs.
@@ -48,6 +49,8 @@ pub struct Global {
     /// connections it handed over (socket registrations, messages) is freed by the shards or on
     /// its own next turn, and an idle thread would keep those pages.
     trim_acceptor: Notify,
+    /// Added to the system clock: only `DEBUG CLOCK-STEP` sets it, to test clock steps.
+    clock_offset: AtomicI64,
 }
 
 impl Global {
@@ -74,7 +77,22 @@ impl Global {
             namespace_count: Arc::new(AtomicUsize::new(0)),
             waiter_count: Arc::new(AtomicUsize::new(0)),
             trim_acceptor: Notify::new(),
+            clock_offset: AtomicI64::new(0),
         }
+    }
+
+    /// The wall clock, in nanoseconds since the Unix epoch: what the shards' clocks read.
+    pub fn wall_nanos(&self) -> Nanos {
+        let system = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as Nanos);
+        system + self.clock_offset.load(Ordering::Relaxed)
+    }
+
+    /// Moves the server's wall clock `by` (`DEBUG CLOCK-STEP`), as an NTP step moves the
+    /// system's.
+    pub fn step_clock(&self, by: Nanos) {
+        self.clock_offset.fetch_add(by, Ordering::Relaxed);
     }
 
     /// How many shards (and shard threads) the server runs.

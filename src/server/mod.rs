@@ -12,6 +12,7 @@
 pub mod acl;
 pub mod background;
 pub mod clients;
+mod clock;
 pub mod conn;
 mod dispatch;
 mod global;

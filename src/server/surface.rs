@@ -124,6 +124,15 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         }
         Request::DebugPanic => debug_panic(),
         Request::DebugHelp => Reply::Array(DEBUG_HELP.iter().map(|l| Reply::Simple(l)).collect()),
+        Request::DebugClockStep(by) => {
+            tracing::warn!(
+                client = s.client().id(),
+                step_ms = by / 1_000_000,
+                "DEBUG CLOCK-STEP"
+            );
+            g.step_clock(by);
+            Reply::OK
+        }
     })
 }
 
@@ -141,6 +150,8 @@ const DEBUG_HELP: &[&str] = &[
     "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "PANIC",
     "    Crash the server (the process exits; a restart replays its log).",
+    "CLOCK-STEP <seconds>",
+    "    Move the server's wall clock by <seconds> (negative: back), as an NTP step would.",
     "HELP",
     "    Print this help.",
 ];

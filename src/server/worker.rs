@@ -8,11 +8,12 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, Notify};
 
 use super::background::{Background, Gone};
+use super::clock::{Clock, Reading};
 use super::global::Global;
 use super::msg::{Done, Durable, ShardInfo, ShardMsg};
 use crate::engine::request::EngineRequest;
@@ -37,16 +38,10 @@ pub struct ShardCtx {
     flush_wake: Notify,
     /// The deadline the timer task sleeps until (None: no deadline).
     scheduled: Cell<Option<Nanos>>,
-    last_now: Cell<Nanos>,
+    /// The engine's `now`, and the wall clock's forward steps.
+    clock: Clock,
     /// Commands run by this thread's connections (per thread: no shared counter to contend on).
     commands: Cell<u64>,
-}
-
-/// Wall-clock nanoseconds since the Unix epoch.
-fn wall_nanos() -> Nanos {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as Nanos)
 }
 
 impl ShardCtx {
@@ -77,7 +72,7 @@ impl ShardCtx {
             timer_wake: Notify::new(),
             flush_wake: Notify::new(),
             scheduled: Cell::new(None),
-            last_now: Cell::new(0),
+            clock: Clock::default(),
             commands: Cell::new(0),
         });
         tokio::task::spawn_local(ctx.clone().timer_loop());
@@ -93,10 +88,19 @@ impl ShardCtx {
         self.commands.set(self.commands.get() + 1);
     }
 
-    /// The engine's `now`: the wall clock, never moving backwards on this shard.
+    /// The engine's `now` (see clock.rs). After a forward step of the wall clock, the engine's
+    /// lease deaths and deadlines move with it before anything runs at the new `now`; every
+    /// caller settles, which journals the shift.
     fn now(&self) -> Nanos {
-        let now = wall_nanos().max(self.last_now.get());
-        self.last_now.set(now);
+        let Reading { now, step } = self.clock.read(self.global.wall_nanos());
+        if let Some(by) = step {
+            tracing::warn!(
+                shard = self.id,
+                step_ms = by / 1_000_000,
+                "the wall clock stepped forward: every lease and acquire time-out moves with it"
+            );
+            self.engine.borrow_mut().shift_time(now, by);
+        }
         now
     }
 
@@ -194,7 +198,7 @@ impl ShardCtx {
             match next {
                 None => self.timer_wake.notified().await,
                 Some(t) => {
-                    let wait = t - wall_nanos();
+                    let wait = t - self.clock.peek(self.global.wall_nanos());
                     if wait > 0 {
                         tokio::select! {
                             _ = tokio::time::sleep(Duration::from_nanos(wait as u64)) => {}
@@ -302,7 +306,7 @@ impl ShardCtx {
         store.stats.log_bytes += len;
         if sync {
             store.stats.fsyncs += 1;
-            store.stats.last_fsync_at = wall_nanos();
+            store.stats.last_fsync_at = self.global.wall_nanos();
         }
         self.global.mark_durable(self.id, batch.lsn);
     }
@@ -342,7 +346,7 @@ impl ShardCtx {
         store.stats.snapshots += 1;
         store.stats.last_snapshot_us = started.elapsed().as_micros() as u64;
         store.stats.last_snapshot_pause_us = pause.as_micros() as u64;
-        store.stats.last_fsync_at = wall_nanos();
+        store.stats.last_fsync_at = self.global.wall_nanos();
         self.global.mark_durable(self.id, lsn);
         tracing::info!(
             shard = self.id,
@@ -363,7 +367,7 @@ impl ShardCtx {
             fatal_if_failed(res, "sync the log");
             let mut store = self.store.borrow_mut();
             store.stats.fsyncs += 1;
-            store.stats.last_fsync_at = wall_nanos();
+            store.stats.last_fsync_at = self.global.wall_nanos();
         }
     }
 
