@@ -77,6 +77,12 @@ pub struct Config {
     #[arg(long, env = "PERMITD_MAXCLIENTS", default_value_t = 10_000)]
     pub maxclients: usize,
 
+    /// Memory the server may use (resident set) before commands that would add state answer
+    /// `-OOM` (reads, releases, revokes and deletes go on), in bytes or with Redis's units
+    /// (`100mb`, `2gb`); 0 (the default, as Redis): no limit.
+    #[arg(long, env = "PERMITD_MAXMEMORY", default_value = "0", value_parser = memory_size)]
+    pub maxmemory: u64,
+
     /// Close a client idle (no command, not parked) for this many seconds; 0 never does.
     #[arg(long, env = "PERMITD_TIMEOUT", default_value_t = 0)]
     pub timeout: u64,
@@ -240,6 +246,28 @@ fn seconds(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// Parses a memory size as Redis reads one (`memtoll`): a number of bytes, or with a unit: `k`,
+/// `m`, `g` for powers of 1000 and `kb`, `mb`, `gb` for powers of 1024, any case.
+fn memory_size(s: &str) -> Result<u64, String> {
+    let lower = s.to_ascii_lowercase();
+    let digits = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit: u64 = match &lower[digits.len()..] {
+        "" | "b" => 1,
+        "k" => 1_000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        other => return Err(format!("unknown unit '{other}' (b, k, kb, m, mb, g, gb)")),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{s}' is not a memory size"))?;
+    n.checked_mul(unit)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
 /// Parses Redis's `yes` / `no` (also true/false).
 fn yes_no(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -304,6 +332,7 @@ impl Config {
             ("snapshot-threshold", self.snapshot_threshold.to_string()),
             ("requirepass", self.requirepass.clone().unwrap_or_default()),
             ("maxclients", self.maxclients.to_string()),
+            ("maxmemory", self.maxmemory.to_string()),
             (
                 "aclfile",
                 self.aclfile

@@ -257,6 +257,13 @@ const ENGINE_WRITE: CommandSpec = CommandSpec {
     ..UNSET
 };
 
+/// A namespace, semaphore or lease command that may add state (an entity, metadata, a hold, a
+/// waiter): refused past `--maxmemory`, as Redis flags SET `denyoom`.
+const ENGINE_ADD: CommandSpec = CommandSpec {
+    flags: Flags::of(&[Flag::Write, Flag::DenyOom, Flag::Fast]),
+    ..ENGINE_WRITE
+};
+
 /// A namespace, semaphore or lease command that reads one entity.
 const ENGINE_READ: CommandSpec = CommandSpec {
     flags: Flags::of(&[Flag::Readonly, Flag::Fast]),
@@ -589,7 +596,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         summary: "Creates a namespace.",
         complexity: "O(log N)",
         args: &[NS, DESC, META],
-        ..ENGINE_WRITE
+        ..ENGINE_ADD
     },
     CommandSpec {
         name: "ns.get",
@@ -617,7 +624,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         summary: "Replaces a namespace's description and metadata if its version matches.",
         complexity: "O(log N)",
         args: &[NS, VERSION, DESC, META],
-        ..ENGINE_WRITE
+        ..ENGINE_ADD
     },
     CommandSpec {
         name: "ns.delete",
@@ -642,7 +649,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         summary: "Creates a semaphore with a number of permits.",
         complexity: "O(log N)",
         args: &[NS, SEM, arg("permits", ArgType::Integer), DESC, META],
-        ..ENGINE_WRITE
+        ..ENGINE_ADD
     },
     CommandSpec {
         name: "sem.get",
@@ -676,7 +683,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             DESC,
             META,
         ],
-        ..ENGINE_WRITE
+        ..ENGINE_ADD
     },
     CommandSpec {
         name: "sem.delete",
@@ -691,7 +698,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "sem.acquire",
         cmd: Cmd::SemAcquire,
         arity: -6,
-        flags: Flags::of(&[Flag::Write, Flag::Blocking]),
+        flags: Flags::of(&[Flag::Write, Flag::DenyOom, Flag::Blocking]),
         acl: AclCats::of(&[AclCat::Write, AclCat::Semaphore, AclCat::Blocking]),
         summary: "Acquires weight permits under a lease, waiting up to timeout seconds (FIFO).",
         complexity: "O(log N + K), K the parked acquires a smaller hold lets in",
@@ -735,7 +742,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             arg("ttl", ArgType::Integer),
             META,
         ],
-        ..ENGINE_WRITE
+        ..ENGINE_ADD
     },
     CommandSpec {
         name: "lease.get",

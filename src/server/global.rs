@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::acl::Acl;
 use super::clients::Registry;
+use super::memory::MemoryLimit;
 use super::msg::{ShardMsg, ThreadMsg};
 use crate::config::Config;
 use crate::engine::types::{Limits, Name, Nanos};
@@ -32,6 +33,8 @@ pub struct Global {
     pub acl: Acl,
     /// TLS settings of `--tls-port`.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// `--maxmemory`, and whether it is exceeded.
+    pub memory: MemoryLimit,
     /// The port listened on (`--port 0` picks one).
     pub port: u16,
     /// When the server was ready to serve (after loading its data).
@@ -65,6 +68,7 @@ impl Global {
         Global {
             limits: Arc::new(config.limits()),
             request_limits: config.request_limits(),
+            memory: MemoryLimit::new(config.maxmemory),
             config,
             clients: Registry::default(),
             acl,

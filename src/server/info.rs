@@ -3,6 +3,7 @@
 use bytes::Bytes;
 
 use super::global::Global;
+use super::memory;
 use super::msg::ShardInfo;
 use crate::engine::{Counts, Stats};
 use crate::persist::PersistStats;
@@ -59,13 +60,6 @@ pub fn sum(parts: &[ShardInfo]) -> Totals {
         persist: p,
         commands,
     }
-}
-
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
 }
 
 const SECTIONS: &[&str] = &[
@@ -137,11 +131,11 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
             ("blocked_clients", g.clients.blocked().to_string()),
         ],
         "memory" => {
-            let rss = rss_bytes();
+            let rss = memory::rss_bytes();
             vec![
                 ("used_memory", rss.to_string()),
                 ("used_memory_rss", rss.to_string()),
-                ("maxmemory", "0".into()),
+                ("maxmemory", g.memory.limit().to_string()),
             ]
         }
         "persistence" => vec![

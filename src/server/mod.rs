@@ -18,6 +18,7 @@ mod dispatch;
 mod global;
 pub mod info;
 mod listener;
+mod memory;
 mod msg;
 mod multi;
 mod session;

@@ -33,6 +33,8 @@ pub enum Error {
     Unblocked(String),
     /// `NOPERM`: the user may not run this command or touch this namespace.
     NoPerm(String),
+    /// `OOM`: `--maxmemory` is reached and the command would add state.
+    Oom(String),
 }
 
 impl Error {
@@ -51,6 +53,7 @@ impl Error {
             Error::ExecAbort(_) => "EXECABORT",
             Error::Unblocked(_) => "UNBLOCKED",
             Error::NoPerm(_) => "NOPERM",
+            Error::Oom(_) => "OOM",
         }
     }
 
@@ -68,7 +71,8 @@ impl Error {
             | Error::CrossSlot(m)
             | Error::ExecAbort(m)
             | Error::Unblocked(m)
-            | Error::NoPerm(m) => m,
+            | Error::NoPerm(m)
+            | Error::Oom(m) => m,
         }
     }
 
