@@ -5,6 +5,7 @@ pub mod args;
 pub mod docs;
 mod engine;
 pub mod request;
+pub mod slot;
 mod surface;
 pub mod table;
 
