@@ -15,6 +15,7 @@ use super::acl::Acl;
 use super::clients::Registry;
 use super::memory::MemoryLimit;
 use super::msg::{ShardMsg, ThreadMsg};
+use super::topology::Topology;
 use crate::config::Config;
 use crate::engine::types::{Limits, Name, Nanos};
 use crate::protocol::RequestLimits;
@@ -37,6 +38,8 @@ pub struct Global {
     pub memory: MemoryLimit,
     /// The port listened on (`--port 0` picks one).
     pub port: u16,
+    /// The cluster as this node knows it.
+    pub topology: Topology,
     /// When the server was ready to serve (after loading its data).
     pub started: Instant,
     inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
@@ -63,6 +66,7 @@ impl Global {
         acl: Acl,
         tls: Option<Arc<rustls::ServerConfig>>,
         port: u16,
+        topology: Topology,
         inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
     ) -> Global {
         Global {
@@ -74,6 +78,7 @@ impl Global {
             acl,
             tls,
             port,
+            topology,
             started: Instant::now(),
             durable: inboxes.iter().map(|_| watch::channel(0).0).collect(),
             inboxes,
