@@ -6,14 +6,9 @@
 set -euo pipefail
 PORT=${1:?usage: run.sh PORT}
 cd "$(dirname "${BASH_SOURCE[0]}")"
-
-STAMP=node_modules/.package-lock.sha256
-want=$(sha256sum package-lock.json | cut -d' ' -f1)
-if [ ! -d node_modules ] || [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
-    echo "==> npm ci"
-    npm ci --no-audit --no-fund --loglevel=error
-    echo "$want" > "$STAMP"
-fi
+# shellcheck source=../lib.sh
+. ../lib.sh
+npm_ci
 
 export PERMITD_HOST=${PERMITD_HOST:-127.0.0.1}
 export PERMITD_PORT=$PORT

@@ -1,0 +1,43 @@
+# redis-compat/lib.sh: what the suites' run.sh scripts share (sourced, not run).
+
+# Runs a command as root: directly when already root, else through sudo.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        "$@"
+    fi
+}
+
+# apt_install PKG...: installs the Debian packages not installed yet (apt-get update first, once
+# per run of the calling script).
+APT_UPDATED=""
+apt_install() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$pkg")
+        fi
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    echo "==> apt-get install ${missing[*]}"
+    if [ -z "$APT_UPDATED" ]; then
+        as_root apt-get update -q >/dev/null
+        APT_UPDATED=1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+}
+
+# npm_ci: installs the locked node_modules of the current folder with `npm ci`, again only when
+# package-lock.json changed since the last install.
+npm_ci() {
+    local stamp=node_modules/.package-lock.sha256 want
+    want=$(sha256sum package-lock.json | cut -d' ' -f1)
+    if [ ! -d node_modules ] || [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+        echo "==> npm ci in $(basename "$(pwd)")"
+        npm ci --no-audit --no-fund --loglevel=error
+        echo "$want" > "$stamp"
+    fi
+}
