@@ -1052,3 +1052,87 @@ fn a_connection_moves_to_the_shard_of_its_namespace_and_keeps_its_state() {
     assert!(call(&mut con, &["PING"]).is_err(), "killed");
     assert!(wait_until(PROMPT, || clients_per_shard(&mut p) == on_away));
 }
+
+/// Every token a run hands out stays below 2^53, where JavaScript and Lua clients read them
+/// exactly: tokens from one MULTI, from parked acquires woken by releases, from SEM.HOLDERS,
+/// and after a restart with another shard count, all distinct where they must be and rising.
+#[test]
+fn every_fencing_token_of_a_run_is_below_2_pow_53() {
+    const EXACT: i64 = 1 << 53;
+    let mut s = Server::start_with(&["--shards", "2"]);
+    let mut con = s.conn();
+    setup(&mut con, "tok", "a", 2);
+    ok(&mut con, &["SEM.CREATE", "tok", "b", "2"]);
+    ok(&mut con, &["SEM.CREATE", "tok", "m", "1"]);
+    let mut seen = Vec::new();
+    // Two acquires in one MULTI: two tokens that must differ as numbers.
+    let l1 = lease(&mut con, "tok", "w1", 60);
+    let (ra, rb): (Value, Value) = redis::pipe()
+        .atomic()
+        .cmd("SEM.ACQUIRE")
+        .arg("tok")
+        .arg("a")
+        .arg(&l1)
+        .arg(1)
+        .arg(0)
+        .cmd("SEM.ACQUIRE")
+        .arg("tok")
+        .arg("b")
+        .arg(&l1)
+        .arg(1)
+        .arg(0)
+        .query(&mut con)
+        .expect("MULTI/EXEC");
+    let (ta, tb) = (
+        int(&field(&ra, "fencing_token")),
+        int(&field(&rb, "fencing_token")),
+    );
+    assert_ne!(
+        ta as f64, tb as f64,
+        "two tokens of one MULTI as doubles: {ta} {tb}"
+    );
+    seen.extend([ta, tb]);
+    // Hand-offs on a mutex: a parked acquire woken by a release on another connection.
+    let holder = lease(&mut con, "tok", "w2", 60);
+    seen.push(acquire_now(&mut con, "tok", "m", &holder, 1));
+    for round in 0..5 {
+        let waiter = lease(&mut con, "tok", "w3", 60);
+        let mut other = s.conn();
+        let w = waiter.clone();
+        let parked = thread::spawn(move || {
+            let r = ok(&mut other, &["SEM.ACQUIRE", "tok", "m", &w, "1", "10"]);
+            int(&field(&r, "fencing_token"))
+        });
+        assert!(
+            wait_until(Duration::from_secs(10), || info_int(
+                &mut con,
+                "blocked_clients"
+            ) == 1),
+            "round {round}: the waiter parks"
+        );
+        ok(&mut con, &["SEM.RELEASE", "tok", "m", &holder]);
+        seen.push(parked.join().expect("the parked acquire is granted"));
+        ok(&mut con, &["SEM.RELEASE", "tok", "m", &waiter]);
+        seen.push(acquire_now(&mut con, "tok", "m", &holder, 1));
+    }
+    for sem in ["a", "b", "m"] {
+        seen.extend(
+            holders_with_tokens(&mut con, "tok", sem)
+                .iter()
+                .map(|h| h.2),
+        );
+    }
+    // A restart with another shard count keeps counting from where the run was.
+    drop(con);
+    s.restart_with(&["--shards", "3"]);
+    let mut con = s.conn();
+    let before = *seen.iter().max().unwrap();
+    let l4 = lease(&mut con, "tok", "w4", 60);
+    let after = acquire_now(&mut con, "tok", "b", &l4, 1);
+    assert!(after > before, "after the restart: {after} > {before}");
+    seen.push(after);
+    assert!(
+        seen.iter().all(|&t| (1..EXACT).contains(&t)),
+        "every token in 1..2^53: {seen:?}"
+    );
+}

@@ -345,7 +345,7 @@ fn lease_expiry_ends_its_waiters_and_serves_the_queues() {
     let out = e.outbox();
     let r = only_for(&out, wc);
     assert_eq!(outcome(r), ACQUIRED);
-    assert_eq!(int(r, "fencing_token"), T0 + 10 * S);
+    assert_eq!(int(r, "fencing_token"), 2, "the count after a's 1");
     assert_eq!(e.hold_list("ns", "s"), vec![(c.clone(), 2)]);
     assert_eq!(e.shard.counts().waiters, 0);
 }
@@ -463,7 +463,7 @@ fn reacquire_down_applies_at_once_keeps_token_and_frees_permits_to_the_queue() {
     let out = e.outbox();
     let g = only_for(&out, wb);
     assert_eq!(outcome(g), ACQUIRED);
-    assert_eq!(int(g, "fencing_token"), T0 + S);
+    assert_eq!(int(g, "fencing_token"), ta + 1);
     // The reply shows the state after the command, the freed permits already handed on.
     assert_eq!(int(field(&r, "semaphore"), "active_holds"), 4);
     assert_eq!(int(field(&r, "semaphore"), "active_holders_count"), 2);
@@ -885,34 +885,30 @@ fn deleting_a_namespace_ends_everything_inside_and_tokens_keep_rising() {
 }
 
 #[test]
-fn fencing_tokens_follow_the_clock_and_the_high_water_mark() {
+fn fencing_tokens_count_up_from_the_high_water_mark() {
     let mut e = Eng::new();
     e.setup("ns", "s", 10);
     e.ok(&["SEM.CREATE", "ns", "t", "10"]);
     let l: Vec<String> = (0..4)
         .map(|i| e.lease("ns", &format!("p{i}"), 60))
         .collect();
-    // Same instant: the clock, then one above the high-water mark.
-    assert_eq!(e.got("s", &l[0], 1), T0);
-    assert_eq!(e.got("s", &l[1], 1), T0 + 1);
+    // A fresh shard counts from 1, one above the high-water mark each time.
+    assert_eq!(e.got("s", &l[0], 1), 1);
+    assert_eq!(e.got("s", &l[1], 1), 2);
     // The mark is the shard's: another semaphore continues above it.
-    assert_eq!(e.got("t", &l[0], 1), T0 + 2);
+    assert_eq!(e.got("t", &l[0], 1), 3);
     // Re-acquire keeps the token, up or down.
-    assert_eq!(e.got("s", &l[0], 3), T0);
-    assert_eq!(e.got("s", &l[0], 2), T0);
-    // Later: the clock again.
+    assert_eq!(e.got("s", &l[0], 3), 1);
+    assert_eq!(e.got("s", &l[0], 2), 1);
+    // Later: the clock plays no part (a counter stays below 2^53, SPEC §3).
     e.at(T0 + 5 * S);
-    assert_eq!(e.got("s", &l[2], 1), T0 + 5 * S);
+    assert_eq!(e.got("s", &l[2], 1), 4);
     // Release and re-acquire: a new holder, a new token.
     e.ok(&["SEM.RELEASE", "ns", "s", &l[0]]);
-    assert_eq!(e.got("s", &l[0], 1), T0 + 5 * S + 1);
+    assert_eq!(e.got("s", &l[0], 1), 5);
     let h = e.holders("ns", "s");
     let tokens: Vec<i64> = h.iter().map(|h| int(h, "fencing_token")).collect();
-    assert_eq!(
-        tokens,
-        vec![T0 + 1, T0 + 5 * S, T0 + 5 * S + 1],
-        "oldest first"
-    );
+    assert_eq!(tokens, vec![2, 4, 5], "oldest first");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -934,9 +930,9 @@ fn a_lease_dying_at_the_same_instant_as_the_holder_gets_no_grant() {
     assert_eq!(code(only_for(&out, w)), "NOTFOUND", "{out:?}");
     assert_eq!(e.shard.stats().acquire_acquired, 1);
     assert!(e.hold_list("ns", "s").is_empty());
-    // The next new holder's token is still the clock: nothing was burnt on a dead lease.
+    // The next new holder's token follows a's: nothing was burnt on a dead lease.
     let c = e.lease("ns", "c", 10);
-    assert_eq!(e.got("s", &c, 1), T0 + 10 * S);
+    assert_eq!(e.got("s", &c, 1), 2);
 }
 
 #[test]
@@ -971,7 +967,7 @@ fn grants_during_a_time_jump_happen_at_their_own_instant() {
     let out = e.outbox();
     let g = only_for(&out, w);
     assert_eq!(outcome(g), ACQUIRED);
-    assert_eq!(int(g, "fencing_token"), T0 + 10 * S);
+    assert_eq!(int(g, "fencing_token"), 2, "the count after a's 1");
     assert_eq!(int(field(g, "semaphore"), "last_activity_at"), T0 + 10 * S);
     assert_eq!(e.shard.stats().leases_expired, 2);
 }

@@ -8,7 +8,8 @@
 //! - a lease is dead iff `now >= expires_at`; a parked acquire times out iff `now >= deadline`;
 //! - everything due at one instant `t` happens at `t`: first leases die (holds released, their
 //!   parked acquires end NOTFOUND), then parked acquires time out, then queues are served;
-//! - a new holder's fencing token is `max(high_water + 1, t)`; a re-acquire keeps its token;
+//! - a new holder's fencing token is `high_water + 1` (a per-shard counter, not the clock); a
+//!   re-acquire keeps its token;
 //! - `last_activity_at` moves on ACQUIRED (at once or from the queue), UNAVAILABLE, parking and
 //!   an effective SEM.RELEASE; never on rejected commands, time-outs, reads or updates;
 //! - queues are strictly FIFO; a non-blocking acquire is UNAVAILABLE while anyone waits; a
@@ -603,11 +604,8 @@ impl Model {
             h.meta = meta;
             return h.token;
         }
-        let token = (*high_water + 1).max(t);
-        *high_water = token;
-        if token > t {
-            *hits.entry("token above the clock").or_default() += 1;
-        }
+        *high_water += 1;
+        let token = *high_water;
         s.holders.push(MHolder {
             lease,
             weight,
@@ -1467,7 +1465,6 @@ fn engine_matches_reference_model() {
             "re-acquire",
             "smaller re-acquire with waiters",
             "growing re-acquire parks",
-            "token above the clock",
             "lease death and time-out at one instant",
             "grant during a time jump",
         ] {

@@ -417,10 +417,11 @@ mod tests {
     use crate::command::{parse_argv, Request};
     use crate::engine::request::EngineRequest;
     use crate::engine::types::{LeaseId, Limits, NANOS_PER_SEC};
-    use crate::engine::Shard;
+    use crate::engine::{Exec, Shard};
+    use crate::protocol::Reply;
     use std::sync::atomic::AtomicUsize;
 
-    fn run(shard: &mut Shard, now: i64, words: &str) {
+    fn request(words: &str) -> EngineRequest {
         let argv: Vec<Bytes> = words
             .split(' ')
             .map(|w| Bytes::from(w.to_string()))
@@ -428,7 +429,11 @@ mod tests {
         let Ok((_, Request::Engine(req))) = parse_argv(&argv, &Limits::default()) else {
             panic!("bad test command {words}");
         };
-        shard.execute(now, req, true);
+        req
+    }
+
+    fn run(shard: &mut Shard, now: i64, words: &str) -> Exec {
+        shard.execute(now, request(words), true)
     }
 
     fn lease(shard: &mut Shard, now: i64, n: u64, ttl: i64) -> String {
@@ -549,6 +554,131 @@ mod tests {
             );
         }
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// The fencing token in an acquire's reply (RESP3 map form of the engine's reply).
+    fn token_of(reply: &Reply) -> i64 {
+        let Reply::Map(fields) = reply else {
+            panic!("an acquire answers a map: {reply:?}");
+        };
+        fields
+            .iter()
+            .find_map(|(k, v)| match (k, v) {
+                (Reply::Bulk(k), Reply::Int(t)) if &k[..] == b"fencing_token" => Some(*t),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no fencing_token in {reply:?}"))
+    }
+
+    /// A server's shards over a data directory, reduced to what tokens need: each request runs
+    /// on its namespace's shard and its journal is written before the next one.
+    struct Node {
+        shards: Vec<(Shard, Store)>,
+    }
+
+    impl Node {
+        fn start(dir: &Path, count: usize) -> Node {
+            let loaded = load(dir, count, false).unwrap();
+            let namespaces = Arc::new(AtomicUsize::new(0));
+            let shards = loaded
+                .shards
+                .into_iter()
+                .enumerate()
+                .map(|(id, st)| {
+                    let limits = Arc::new(Limits::default());
+                    let shard = Shard::restore(limits, namespaces.clone(), st.namespaces, st.hwm);
+                    let store = Store::open(&loaded.gen_dir, id, Fsync::No, 1 << 30).unwrap();
+                    (shard, store)
+                })
+                .collect();
+            Node { shards }
+        }
+
+        fn run(&mut self, words: &str) -> Reply {
+            let req = request(words);
+            let home = shard_for(req.namespace().expect("one namespace"), self.shards.len());
+            let (shard, store) = &mut self.shards[home];
+            let Exec::Reply(reply) = shard.execute(NANOS_PER_SEC, req, false) else {
+                panic!("{words} parked");
+            };
+            store.append(shard.take_journal());
+            let batch = store.take();
+            write_batch(&store.file(), &batch.bytes, false).unwrap();
+            reply
+        }
+
+        /// A fresh lease's id in namespace `ns`.
+        fn lease(&mut self, ns: &str) -> String {
+            let reply = self.run(&format!("LEASE.CREATE {ns} worker 300"));
+            let Reply::Map(fields) = &reply else {
+                panic!("{reply:?}");
+            };
+            match &fields[0] {
+                (_, Reply::Bulk(id)) => String::from_utf8(id.to_vec()).unwrap(),
+                other => panic!("{other:?}"),
+            }
+        }
+
+        /// Acquires `sem` of `ns` under a new lease and releases it; returns the token.
+        fn token(&mut self, ns: &str, sem: &str) -> i64 {
+            let id = self.lease(ns);
+            let token = token_of(&self.run(&format!("SEM.ACQUIRE {ns} {sem} {id} 1 0")));
+            self.run(&format!("SEM.RELEASE {ns} {sem} {id}"));
+            token
+        }
+    }
+
+    #[test]
+    fn fencing_tokens_count_up_across_restart_recreate_and_resharding() {
+        let dir = std::env::temp_dir().join(format!("permitd-tokens-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let mut node = Node::start(&dir, 2);
+        node.run("NS.CREATE team");
+        node.run("SEM.CREATE team db 1");
+        let mut tokens = vec![node.token("team", "db"), node.token("team", "db")];
+        assert_eq!(tokens, [1, 2], "a fresh data directory counts from 1");
+        node.run("SEM.DELETE team db");
+        node.run("SEM.CREATE team db 1");
+        tokens.push(node.token("team", "db"));
+        node.run("NS.DELETE team");
+        node.run("NS.CREATE team");
+        node.run("SEM.CREATE team db 1");
+        tokens.push(node.token("team", "db"));
+        // Restarts: with the same shard count, then re-sharded to 3 and to 1.
+        for count in [2, 3, 1] {
+            drop(node);
+            node = Node::start(&dir, count);
+            tokens.push(node.token("team", "db"));
+        }
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "strictly rising on team/db: {tokens:?}"
+        );
+        assert!(
+            tokens.iter().all(|&t| t < 1 << 53),
+            "below 2^53: {tokens:?}"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn tokens_of_a_data_directory_from_clock_tokens_keep_rising() {
+        // An earlier permitd's tokens were nanosecond clock readings; the mark never goes down.
+        let old = 1_796_037_003_305_164_005;
+        let mut shard = Shard::restore(
+            Arc::new(Limits::default()),
+            Arc::new(AtomicUsize::new(0)),
+            BTreeMap::new(),
+            old,
+        );
+        run(&mut shard, NANOS_PER_SEC, "NS.CREATE team");
+        run(&mut shard, NANOS_PER_SEC, "SEM.CREATE team db 1");
+        let id = lease(&mut shard, NANOS_PER_SEC, 1, 60);
+        let acquire = format!("SEM.ACQUIRE team db {id} 1 0");
+        let Exec::Reply(reply) = run(&mut shard, NANOS_PER_SEC, &acquire) else {
+            panic!("{acquire} parked");
+        };
+        assert_eq!(token_of(&reply), old + 1);
     }
 
     #[test]

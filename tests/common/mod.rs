@@ -209,6 +209,12 @@ impl Server {
         );
     }
 
+    /// [`Server::restart`] with `args` in place of the extra options it was started with.
+    pub fn restart_with(&mut self, args: &[&str]) {
+        self.extra = args.iter().map(|s| s.to_string()).collect();
+        self.restart();
+    }
+
     /// A `redis` crate client for this server (RESP2, no password).
     pub fn client(&self) -> redis::Client {
         redis::Client::open(self.url()).expect("redis client")

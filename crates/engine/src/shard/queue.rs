@@ -37,11 +37,12 @@ pub(super) fn grant(
         meta,
     } = want;
     let token = s.set_hold(r, lease, weight, meta, now, || {
-        // Above every token this shard has issued, and at least the clock: tokens keep rising
-        // across delete + re-create, restarts and re-sharding (the high-water mark is carried).
-        let t = (*hwm + 1).max(now);
-        *hwm = t;
-        t
+        // One above every token this shard has issued: tokens keep rising across delete +
+        // re-create, restarts and re-sharding (the high-water mark is journaled and carried). A
+        // counter, not the clock: the tokens stay far below 2^53, where JavaScript and Lua 5.1
+        // clients, which read integers as doubles, would see two tokens as one (SPEC §3).
+        *hwm += 1;
+        *hwm
     });
     let h = s.holders.get(token).expect("just set");
     cx.journal.push(Record::HoldSet {

@@ -28,8 +28,8 @@ impl Shard {
     /// parked acquire whose deadline is `t` times out, and only then are the queues served. So
     /// no permit is ever granted at `t` to a lease that is dead at `t` or to an acquire whose
     /// time is up at `t`, whatever the order of the timers. Grants made then carry `t` as
-    /// their time (`locked_at`, `last_activity_at`, fencing token floor), also when `now` is
-    /// later (the caller ran late).
+    /// their time (`locked_at`, `last_activity_at`), also when `now` is later (the caller ran
+    /// late).
     pub fn advance(&mut self, now: Nanos) {
         while let Some(t) = self.cx.timers.next() {
             if t > now {
