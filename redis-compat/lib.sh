@@ -11,23 +11,42 @@ as_root() {
     fi
 }
 
-# apt_install PKG...: installs the Debian packages not installed yet (apt-get update first, once
-# per run of the calling script).
+# apt_install PKG[=VERSION]...: installs the Debian packages not installed yet (apt-get update
+# first, once per run of the calling script). With =VERSION, the installed version (without its
+# epoch and Debian revision) must start with VERSION: the suites pin what they were written
+# and checked against, and say so when a Debian release brings another version.
 APT_UPDATED=""
 apt_install() {
-    local missing=() pkg
-    for pkg in "$@"; do
+    local missing=() spec pkg want have
+    for spec in "$@"; do
+        pkg=${spec%%=*}
         if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
             missing+=("$pkg")
         fi
     done
-    [ "${#missing[@]}" -eq 0 ] && return 0
-    echo "==> apt-get install ${missing[*]}"
-    if [ -z "$APT_UPDATED" ]; then
-        as_root apt-get update -q >/dev/null
-        APT_UPDATED=1
+    if [ "${#missing[@]}" -ne 0 ]; then
+        echo "==> apt-get install ${missing[*]}"
+        if [ -z "$APT_UPDATED" ]; then
+            as_root apt-get update -q >/dev/null
+            APT_UPDATED=1
+        fi
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
     fi
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+    for spec in "$@"; do
+        [ "$spec" = "${spec%%=*}" ] && continue
+        pkg=${spec%%=*}
+        want=${spec#*=}
+        have=$(dpkg-query -W -f='${Version}' "$pkg")
+        echo "$pkg $have"
+        have=${have#*:}
+        case "$have" in
+        "$want"*) ;;
+        *)
+            echo "$pkg is $have here; this suite is pinned to $want (update the pin and docs/clients.md)" >&2
+            return 1
+            ;;
+        esac
+    done
 }
 
 # npm_ci: installs the locked node_modules of the current folder with `npm ci`, again only when

@@ -7,11 +7,10 @@ PORT=${1:?usage: run.sh PORT}
 cd "$(dirname "${BASH_SOURCE[0]}")"
 # shellcheck source=../lib.sh
 . ../lib.sh
-apt_install libhiredis-dev
+apt_install libhiredis-dev=0.14.1
 command -v cc >/dev/null 2>&1 || apt_install gcc
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/permitd-rc-hiredis-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 cc -std=gnu11 -Wall -Wextra -Werror -O1 -o "$WORK/session" session.c -lhiredis
-echo "libhiredis-dev $(dpkg-query -W -f='${Version}' libhiredis-dev)"
 timeout 60 "$WORK/session" "${PERMITD_HOST:-127.0.0.1}" "$PORT"

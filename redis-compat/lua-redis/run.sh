@@ -7,6 +7,5 @@ PORT=${1:?usage: run.sh PORT}
 cd "$(dirname "${BASH_SOURCE[0]}")"
 # shellcheck source=../lib.sh
 . ../lib.sh
-apt_install lua5.1 lua-redis
-echo "lua-redis $(dpkg-query -W -f='${Version}' lua-redis), lua5.1 $(dpkg-query -W -f='${Version}' lua5.1)"
+apt_install lua5.1=5.1.5 lua-redis=2.0.5
 timeout 60 lua5.1 session.lua "${PERMITD_HOST:-127.0.0.1}" "$PORT"
