@@ -17,28 +17,30 @@ const READONLY = false;
 // unless given `RESP: 3`. Both turn every integer into a JS Number, unless node-redis 5 is
 // given a typeMapping for NUMBER.
 const PLAIN = [
-  { name: 'node-redis 4 createClient (RESP2)', lib: redis4, options: {} },
-  { name: 'node-redis 5 createClient (RESP2)', lib: redis5, options: {} },
-  { name: 'node-redis 5 createClient (RESP3)', lib: redis5, options: { RESP: 3 } },
+  { name: 'node-redis 4 createClient (RESP2)', lib: redis4, options: {}, resp: 2 },
+  { name: 'node-redis 5 createClient (RESP2)', lib: redis5, options: {}, resp: 2 },
+  { name: 'node-redis 5 createClient (RESP3)', lib: redis5, options: { RESP: 3 }, resp: 3 },
   {
     name: 'node-redis 5 createClient (RESP3, typeMapping NUMBER: String)',
     lib: redis5,
     options: { RESP: 3, commandOptions: { typeMapping: { [redis5.RESP_TYPES.NUMBER]: String } } },
+    resp: 3,
     numbers: 'string',
     // node-redis 5 decodes EXEC's reply without the client's typeMapping
     execNumbers: 'number',
   },
 ];
 const CLUSTER = [
-  { name: 'node-redis 4 createCluster (RESP2)', lib: redis4, options: {} },
-  { name: 'node-redis 5 createCluster (RESP2)', lib: redis5, options: {} },
-  { name: 'node-redis 5 createCluster (RESP3)', lib: redis5, options: { RESP: 3 } },
+  { name: 'node-redis 4 createCluster (RESP2)', lib: redis4, options: {}, resp: 2 },
+  { name: 'node-redis 5 createCluster (RESP2)', lib: redis5, options: {}, resp: 2 },
+  { name: 'node-redis 5 createCluster (RESP3)', lib: redis5, options: { RESP: 3 }, resp: 3 },
 ];
 
 const close = (lib, c) => (lib === redis4 ? c.disconnect() : c.destroy());
 
 function plainAdapter(setup) {
   return {
+    resp: setup.resp,
     numbers: setup.numbers || 'number',
     execNumbers: setup.execNumbers,
     crossSlot: /^CROSSSLOT /,
@@ -63,6 +65,7 @@ function clusterAdapter(setup) {
     ? (m, args) => m.addCommand(routingKey(args), strings(args))
     : (m, args) => m.addCommand(routingKey(args), READONLY, strings(args));
   return {
+    resp: setup.resp,
     numbers: 'number',
     // node-redis sends the whole MULTI to the node of its first key: the server refuses it
     crossSlot: /^CROSSSLOT /,

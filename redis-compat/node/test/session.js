@@ -5,6 +5,7 @@
 //
 //   adapter = {
 //     connect(): Promise<conn>,  a new client with connections of its own
+//     resp: 2|3,                  the protocol the client speaks (CLIENT INFO must say so)
 //     numbers: 'number'|'string', the JavaScript type the client gives integer replies
 //     execNumbers: the same inside an EXEC reply, where it differs (default: `numbers`)
 //     crossSlot: RegExp,          the error of a MULTI across two namespaces: the server's
@@ -59,7 +60,8 @@ async function runSession(t, adapter, prefix) {
   let waiter;
   let parkedToken;
   try {
-    await t.test('NS.CREATE, SEM.CREATE, LEASE.CREATE', async () => {
+    await t.test(`NS.CREATE, SEM.CREATE, LEASE.CREATE over RESP${adapter.resp}`, async () => {
+      assert.match(String(await main.call(['CLIENT', 'INFO'])), new RegExp(` resp=${adapter.resp} `));
       const created = asMap(await main.call(['NS.CREATE', ns, 'DESC', 'redis-compat session']));
       assert.equal(created.name, ns);
       assert.equal(created.description, 'redis-compat session');
