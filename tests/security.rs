@@ -1245,6 +1245,24 @@ fn redis_cli_over_tls() {
     assert!(!r.success && !r.stdout.contains("PONG"), "{}", r.all());
     assert!(r.all().contains("certificate verify failed"), "{}", r.all());
 
+    // A cluster client is sent to the port it came in on (as Redis with `tls-cluster yes`),
+    // and CLUSTER SHARDS names both ports.
+    let r = cli_tls(tls, &tls_ok, &["CLUSTER", "SLOTS"]);
+    assert_eq!(
+        cli_field(&r.stdout, "127.0.0.1"),
+        tls.to_string(),
+        "{}",
+        r.all()
+    );
+    let mut plain = s.conn();
+    let slots = ok(&mut plain, &["CLUSTER", "SLOTS"]);
+    let master = items(&items(&items(&slots)[0])[2]);
+    assert_eq!(int(&master[1]), i64::from(s.port()));
+    let shards = ok(&mut plain, &["CLUSTER", "SHARDS"]);
+    let node = &items(&field(&items(&shards)[0], "nodes"))[0];
+    assert_eq!(int(&field(node, "port")), i64::from(s.port()));
+    assert_eq!(int(&field(node, "tls-port")), i64::from(tls));
+
     // A semaphore round trip over TLS.
     for cmd in [
         &["NS.CREATE", "tls-ns"][..],

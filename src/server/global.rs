@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use super::acl::Acl;
 use super::clients::Registry;
 use super::msg::{ShardMsg, ThreadMsg};
+use super::topology::Topology;
 use crate::config::Config;
 use crate::engine::types::{Limits, Name};
 use crate::protocol::RequestLimits;
@@ -33,6 +34,8 @@ pub struct Global {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// The port listened on (`--port 0` picks one).
     pub port: u16,
+    /// The cluster as this node knows it.
+    pub topology: Topology,
     /// When the server was ready to serve (after loading its data).
     pub started: Instant,
     inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
@@ -57,6 +60,7 @@ impl Global {
         acl: Acl,
         tls: Option<Arc<rustls::ServerConfig>>,
         port: u16,
+        topology: Topology,
         inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
     ) -> Global {
         Global {
@@ -67,6 +71,7 @@ impl Global {
             acl,
             tls,
             port,
+            topology,
             started: Instant::now(),
             durable: inboxes.iter().map(|_| watch::channel(0).0).collect(),
             inboxes,

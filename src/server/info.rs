@@ -4,6 +4,7 @@ use bytes::Bytes;
 
 use super::global::Global;
 use super::msg::ShardInfo;
+use super::topology::{self, Topology};
 use crate::engine::{Counts, Stats};
 use crate::persist::PersistStats;
 use crate::protocol::{Proto, Reply};
@@ -76,6 +77,7 @@ const SECTIONS: &[&str] = &[
     "stats",
     "replication",
     "semaphores",
+    "cluster",
     "keyspace",
 ];
 
@@ -100,7 +102,14 @@ pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
         let mut title = section.to_string();
         title[..1].make_ascii_uppercase();
         out.push_str(&format!("# {title}\r\n"));
-        for (k, v) in section_fields(g, section, &totals) {
+        let fields = match section {
+            "replication" => g.topology.info_replication(),
+            _ => section_fields(g, section, &totals)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        };
+        for (k, v) in fields {
             out.push_str(&format!("{k}:{v}\r\n"));
         }
     }
@@ -114,7 +123,7 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
         "server" => vec![
             ("redis_version", REDIS_COMPAT_VERSION.into()),
             ("permitd_version", VERSION.into()),
-            ("redis_mode", "standalone".into()),
+            ("redis_mode", topology::MODE.into()),
             ("os", std::env::consts::OS.into()),
             ("arch_bits", "64".into()),
             ("multiplexing_api", "epoll".into()),
@@ -177,7 +186,7 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
             ("leases_expired", s.leases_expired.to_string()),
             ("clients_unblocked", s.clients_unblocked.to_string()),
         ],
-        "replication" => vec![("role", "master".into()), ("connected_slaves", "0".into())],
+        "cluster" => vec![("cluster_enabled", "1".into())],
         "semaphores" => vec![
             ("namespaces", c.namespaces.to_string()),
             ("semaphores", c.semaphores.to_string()),
@@ -213,15 +222,16 @@ pub fn config_get(g: &Global, patterns: &[Bytes]) -> Reply {
     Reply::Map(pairs)
 }
 
-/// The HELLO reply: who answers, the protocol now spoken, the client's id.
-pub fn hello(client_id: u64, proto: Proto) -> Reply {
+/// The HELLO reply: who answers, the protocol now spoken, the client's id, and this node's
+/// place in the cluster.
+pub fn hello(client_id: u64, proto: Proto, topology: &Topology) -> Reply {
     Reply::fields(vec![
         ("server", Reply::text("permitd")),
         ("version", Reply::text(REDIS_COMPAT_VERSION)),
         ("proto", Reply::Int(proto.number())),
         ("id", Reply::Int(client_id as i64)),
-        ("mode", Reply::text("standalone")),
-        ("role", Reply::text("master")),
+        ("mode", Reply::text(topology::MODE)),
+        ("role", Reply::text(topology.role_name())),
         ("modules", Reply::Array(Vec::new())),
     ])
 }

@@ -1,7 +1,7 @@
 //! The network server: listener, shard threads, connections, timers.
 //!
 //! Its files depend on each other one way, each only on those listed before it:
-//! `acl`, `background`, `clients`, `tls` (leaves); `session` (who a connection is logged in as);
+//! `acl`, `background`, `clients`, `tls`, `topology` (leaves); `session` (who a connection is logged in as);
 //! `msg` (what the threads send each other); `global` (state every thread shares); `info`
 //! (INFO and CONFIG GET text); `worker` (an engine shard's runtime); `surface` (the Redis
 //! surface commands over a session); `multi` (transactions); `conn` (a connection's I/O, and
@@ -23,6 +23,7 @@ mod session;
 mod surface;
 mod thread;
 pub mod tls;
+pub mod topology;
 mod worker;
 
 pub use listener::run;

@@ -51,7 +51,8 @@ impl Server {
     }
 
     /// Starts a server with extra command-line options after the harness's own
-    /// (`--bind 127.0.0.1 --port P --dir D --shards 2`; pass `--shards N` to override the count).
+    /// (`--bind 127.0.0.1 --port P --dir D --shards 2`; pass `--bind` or `--shards` to override
+    /// those).
     pub fn start_with(args: &[&str]) -> Server {
         let root = unique_temp_dir();
         let dir = root.join("data");
@@ -256,9 +257,10 @@ impl Server {
             .open(&self.log)
             .map_err(|e| format!("open log: {e}"))?;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_permitd"));
-        cmd.arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--port")
+        if !self.extra.iter().any(|a| a == "--bind") {
+            cmd.arg("--bind").arg("127.0.0.1");
+        }
+        cmd.arg("--port")
             .arg(self.port.to_string())
             .arg("--dir")
             .arg(&self.dir);
