@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # redis-compat/go-redis/run.sh PORT: builds session.go with Debian's Go toolchain against
 # Debian's go-redis v5 (golang-go and golang-gopkg-redis.v5-dev, installed if missing; GOPATH
-# mode, nothing fetched) and runs that session, Client and ClusterClient, against a permitd
-# already listening on 127.0.0.1:PORT. Measured on a 2-core machine: the install about 45 s
-# once, the cold build under 10 s. The program prints "ok - ..." per step and "N passed,
-# M failed".
+# mode, nothing fetched) and runs that session against a permitd already listening on
+# 127.0.0.1:PORT. Measured on a 2-core machine: the install about 45 s once, the cold build
+# under 10 s. The program prints "ok - ..." per step and "N passed, M failed".
 set -euo pipefail
 PORT=${1:?usage: run.sh PORT}
 cd "$(dirname "${BASH_SOURCE[0]}")"
