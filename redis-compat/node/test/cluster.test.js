@@ -1,6 +1,7 @@
 'use strict';
 // ioredis Cluster against permitd: `new Redis.Cluster([{ host, port }])` with nothing else
-// configured, one whole session (session.js) each for ioredis 5 and ioredis 6.
+// configured, one whole session (session.js) each for ioredis 5 and ioredis 6; and once with
+// redisOptions.stringNumbers, the way to read nanosecond timestamps exactly.
 const { describe, it } = require('node:test');
 const { Redis5, Redis6 } = require('./common');
 const { HOST, PORT, PASSWORD } = require('./util');
@@ -27,14 +28,15 @@ async function replies(batch, cmds) {
   return res.map(([, reply]) => reply);
 }
 
-function adapter(Redis, resp) {
+function adapter(Redis, resp, redisOptions = {}) {
   return {
     resp,
-    numbers: 'number',
+    numbers: redisOptions.stringNumbers ? 'string' : 'number',
     crossSlot: /^CROSSSLOT /,
     async connect() {
+      const options = { ...redisOptions, ...(PASSWORD ? { password: PASSWORD } : {}) };
       const c = new Redis.Cluster([{ host: HOST, port: PORT }],
-        PASSWORD ? { redisOptions: { password: PASSWORD } } : undefined);
+        Object.keys(options).length ? { redisOptions: options } : undefined);
       c.on('error', () => {});
       try {
         await ready(c);
@@ -56,4 +58,6 @@ describe('ioredis Cluster', () => {
   // ioredis 5 speaks RESP2 only; ioredis 6 sends HELLO 3 by default
   it('ioredis 5 Cluster (RESP2)', (t) => runSession(t, adapter(Redis5, 2), 'ioc'));
   it('ioredis 6 Cluster (RESP3)', (t) => runSession(t, adapter(Redis6, 3), 'ioc'));
+  it('ioredis 6 Cluster (RESP3, redisOptions.stringNumbers)', (t) =>
+    runSession(t, adapter(Redis6, 3, { stringNumbers: true }), 'ioc'));
 });
