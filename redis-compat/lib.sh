@@ -60,3 +60,13 @@ npm_ci() {
         echo "$want" > "$stamp"
     fi
 }
+
+# node_test PORT: installs the locked node_modules of the current folder, then runs its
+# test/*.test.js with node's test runner against 127.0.0.1:PORT, one file at a time (the tests
+# measure waits, and a fresh machine has 2 cores).
+node_test() {
+    npm_ci
+    export PERMITD_HOST=${PERMITD_HOST:-127.0.0.1}
+    export PERMITD_PORT=$1
+    exec node --test --test-concurrency=1 --test-reporter=spec test/*.test.js
+}

@@ -9,8 +9,4 @@ PORT=${1:?usage: run.sh PORT}
 cd "$(dirname "${BASH_SOURCE[0]}")"
 # shellcheck source=../lib.sh
 . ../lib.sh
-npm_ci
-
-export PERMITD_HOST=${PERMITD_HOST:-127.0.0.1}
-export PERMITD_PORT=$PORT
-exec node --test --test-concurrency=1 --test-reporter=spec test/*.test.js
+node_test "$PORT"
