@@ -14,7 +14,7 @@ apt_install golang-go=1.19 golang-gopkg-redis.v5-dev=5.2.9
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/permitd-rc-go-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 start=$(date +%s)
-GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS='' GOCACHE="$WORK/cache" \
+GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS='' GOENV=off GOCACHE="$WORK/cache" \
     timeout 300 go build -o "$WORK/session" session.go
 echo "$(go version): built in $(($(date +%s) - start)) s"
 timeout 90 "$WORK/session" "${PERMITD_HOST:-127.0.0.1}:$PORT"
