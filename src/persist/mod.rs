@@ -133,8 +133,9 @@ fn load_shard(
     };
     let scan = log::scan(Bytes::from(bytes), repair).map_err(|c| {
         format!(
-            "{}: corrupt record at offset {} (not at the end of the log); start with --repair-log \
-             to truncate the log there, losing the records from that offset on",
+            "{}: corrupt record at offset {} (damaged after it was written whole, not cut short by \
+             a crash); start with --repair-log to truncate the log there, losing the records \
+             from that offset on (docs/operations.md)",
             lp.display(),
             c.offset
         )
