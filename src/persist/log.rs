@@ -252,7 +252,11 @@ mod tests {
             let end = buf.len();
             buf.resize(end + zeros, 0);
             let s = scan(buf.freeze(), false).unwrap();
-            assert_eq!((s.records.len(), s.torn_at), (3, Some(end)), "{zeros} zeros");
+            assert_eq!(
+                (s.records.len(), s.torn_at),
+                (3, Some(end)),
+                "{zeros} zeros"
+            );
         }
     }
 
