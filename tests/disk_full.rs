@@ -2,8 +2,9 @@
 //! up, serves reads, refuses changes with `MISCONF` and changes nothing (a change applied but not
 //! written is rolled back, a grant with it), parked acquires time out as usual, writes resume by
 //! themselves once there is room, and what was acknowledged survives a kill -9. A server also
-//! starts on a full disk. Mounting needs root, as CI runs; anyone else gets a failure saying so,
-//! not a silent skip.
+//! starts on a full disk. Any other failed write (`EIO`, on an ext4 image shut down under the
+//! server) stops it, after an error reply. Mounting needs root, as CI runs; anyone else gets a
+//! failure saying so, not a silent skip.
 
 mod common;
 
@@ -20,39 +21,41 @@ use permitd::engine::route::shard_for;
 use permitd::engine::types::Name;
 use redis::Value;
 
-/// A tmpfs mounted on a directory, unmounted when dropped (also when the test fails).
-struct Tmpfs(PathBuf);
+/// A file system mounted on a directory, unmounted when dropped (also when the test fails).
+struct Mount(PathBuf);
 
-impl Tmpfs {
-    fn mount(at: &Path) -> Tmpfs {
+impl Mount {
+    /// Mounts `source` of type `fs` (with `options`) on `at`.
+    fn new(fs: &str, options: &str, source: &Path, at: &Path) -> Mount {
         // SAFETY: geteuid reads the process's user id and touches no memory.
         let root = unsafe { libc::geteuid() } == 0;
         assert!(
             root,
-            "tests/disk_full.rs mounts a tmpfs and must run as root (CI does)"
+            "tests/disk_full.rs mounts file systems and must run as root (CI does)"
         );
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .args(["-t", fs, "-o", options])
+            .arg(source)
             .arg(at)
             .status()
             .expect("run mount");
-        assert!(status.success(), "mount a tmpfs on {}", at.display());
-        Tmpfs(at.to_path_buf())
+        assert!(status.success(), "mount {fs} on {}", at.display());
+        Mount(at.to_path_buf())
     }
 }
 
-impl Drop for Tmpfs {
+impl Drop for Mount {
     fn drop(&mut self) {
         // Lazily: the server may still have its files open.
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
 
-/// A server (one shard thread per shard, 2 shards) whose data directory is a fresh tmpfs.
-fn server_on_tmpfs() -> (Server, Tmpfs) {
+/// A server (2 shards) whose data directory is a fresh 4 MiB tmpfs.
+fn server_on_tmpfs() -> (Server, Mount) {
     let mut server = Server::start();
     assert!(server.terminate(Duration::from_secs(10)));
-    let disk = Tmpfs::mount(server.dir());
+    let disk = Mount::new("tmpfs", "size=4m", Path::new("tmpfs"), server.dir());
     server.restart();
     (server, disk)
 }
@@ -311,4 +314,63 @@ fn a_server_starts_on_a_full_disk_serves_reads_and_resumes() {
     let mut con = server.conn();
     assert_eq!(observe(&mut con), acknowledged);
     drop(disk);
+}
+
+/// `EXT4_IOC_SHUTDOWN`, `_IOR('X', 125, __u32)`: every later I/O of the file system fails with
+/// `EIO`, as on a failed device.
+const EXT4_IOC_SHUTDOWN: libc::c_ulong = 0x8004_587d;
+/// Its flag to stop at once, without flushing the journal.
+const EXT4_GOING_FLAGS_NOLOGFLUSH: u32 = 2;
+
+#[test]
+fn a_failed_write_other_than_a_full_disk_answers_an_error_and_stops_the_server() {
+    let mut server = Server::start();
+    assert!(server.terminate(Duration::from_secs(10)));
+    let image = server.dir().with_extension("ext4");
+    File::create(&image).unwrap().set_len(32 << 20).unwrap();
+    let made = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&image)
+        .status()
+        .expect("run mkfs.ext4");
+    assert!(made.success());
+    let disk = Mount::new("ext4", "loop", &image, server.dir());
+    server.restart();
+    let mut con = server.conn();
+    let (ns, _) = one_per_shard();
+    setup(&mut con, &ns, "pool", 1);
+    let before = observe(&mut con);
+
+    let dir = File::open(server.dir()).unwrap();
+    let flags = EXT4_GOING_FLAGS_NOLOGFLUSH;
+    // SAFETY: the ioctl reads one u32 from `flags`, which outlives the call.
+    let r = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&dir),
+            EXT4_IOC_SHUTDOWN,
+            &flags,
+        )
+    };
+    assert_eq!(r, 0, "shut ext4 down: {}", std::io::Error::last_os_error());
+    drop(dir);
+    let error = fails(&mut con, &["SEM.CREATE", &ns, "more", "1"]);
+    assert!(
+        error.starts_with("ERR permitd could not write the log")
+            && error.contains("Input/output error")
+            && error.contains("stopping"),
+        "{error}"
+    );
+    let status = server
+        .wait_exit(Duration::from_secs(15))
+        .expect("the server stops");
+    assert_eq!(status.code(), Some(1), "{status:?}");
+
+    drop(disk);
+    let disk = Mount::new("ext4", "loop", &image, server.dir());
+    server.restart();
+    let mut con = server.conn();
+    assert_eq!(observe(&mut con), before, "what was acknowledged is there");
+    server.kill9();
+    drop(disk);
+    let _ = fs::remove_file(&image);
 }
