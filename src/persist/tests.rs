@@ -435,7 +435,7 @@ fn a_roll_back_keeps_the_waiters_that_parked_before_and_ends_the_others() {
     else {
         panic!("c waits")
     };
-    shard.hold_grants(true, 2 * s);
+    shard.hold_grants();
     run(&mut shard, 3 * s, &format!("SEM.RELEASE team db {a}"));
     assert!(shard.take_outbox().is_empty(), "grants are held");
     let dropped = shard.roll_back(saved, hwm, |id| id == early);
@@ -472,12 +472,12 @@ fn resuming_grants_serves_the_queues_at_once() {
     let Exec::Parked(waiter) = run(&mut shard, s, &format!("SEM.ACQUIRE team db {b} 1 50")) else {
         panic!("b waits")
     };
-    shard.hold_grants(true, s);
+    shard.hold_grants();
     // a expires at 6 s: its permit stays free while grants are held.
     shard.advance(10 * s);
     assert!(shard.take_outbox().is_empty());
     assert_eq!(shard.counts().holders, 0);
-    shard.hold_grants(false, 11 * s);
+    shard.resume_grants(11 * s);
     let out = shard.take_outbox();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, waiter);

@@ -23,16 +23,23 @@ struct Mark {
     lsn: u64,
 }
 
+/// What a gate tracks of one shard.
+#[derive(Debug, Clone, Default)]
+struct Of {
+    /// What was known of its log when this connection last waited on it. An LSN it has saved
+    /// stays saved, so a note of one needs nothing more.
+    known: Saved,
+    /// The highest LSN the buffered replies may show (0: none).
+    need: u64,
+    /// The latest LSN noted.
+    last: u64,
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct Gate {
-    /// Per shard: what was known of its log when this connection last waited on it. An LSN it
-    /// has saved stays saved, so a note of one needs nothing more.
-    known: Vec<Saved>,
-    /// Per shard: the highest LSN the buffered replies may show (0: none).
-    need: Vec<u64>,
-    /// Per shard: the latest LSN noted.
-    last: Vec<u64>,
+    /// Per shard (one allocation: a connection makes it at once, and there may be 10,000).
+    shards: Vec<Of>,
     /// Notes that no buffered reply took yet.
     notes: Vec<(usize, u64)>,
     /// The buffered replies that may show changes not known to be saved.
@@ -43,9 +50,7 @@ impl Gate {
     /// A gate for a server of `shards` shards.
     pub fn new(shards: usize) -> Gate {
         Gate {
-            known: vec![Saved::default(); shards],
-            need: vec![0; shards],
-            last: vec![0; shards],
+            shards: vec![Of::default(); shards],
             notes: Vec::new(),
             marks: Vec::new(),
         }
@@ -53,12 +58,12 @@ impl Gate {
 
     /// The next reply buffered may show changes of `shard` up to `lsn`.
     pub fn note(&mut self, shard: usize, lsn: u64) {
-        self.last[shard] = lsn;
-        if self.known[shard].has(lsn) {
+        let of = &mut self.shards[shard];
+        of.last = lsn;
+        if of.known.has(lsn) {
             return;
         }
-        let need = &mut self.need[shard];
-        *need = (*need).max(lsn);
+        of.need = of.need.max(lsn);
         self.notes.push((shard, lsn));
     }
 
@@ -73,8 +78,9 @@ impl Gate {
         };
         self.marks.extend(self.notes.drain(..).map(mark));
         if let Some(s) = shard {
-            if !self.known[s].has(self.last[s]) {
-                self.marks.push(mark((s, self.last[s])));
+            let of = &self.shards[s];
+            if !of.known.has(of.last) {
+                self.marks.push(mark((s, of.last)));
             }
         }
     }
@@ -83,10 +89,10 @@ impl Gate {
     /// then turns each reply that may show a rolled-back change into that change's error,
     /// encoded in `proto`.
     pub async fn settle(&mut self, g: &Global, out: &mut BytesMut, proto: Proto) {
-        for (shard, need) in self.need.iter_mut().enumerate() {
-            if *need > 0 {
-                self.known[shard] = g.wait_durable(shard, *need).await;
-                *need = 0;
+        for (shard, of) in self.shards.iter_mut().enumerate() {
+            if of.need > 0 {
+                of.known = g.wait_durable(shard, of.need).await;
+                of.need = 0;
             }
         }
         self.notes.clear();
@@ -95,7 +101,7 @@ impl Gate {
         }
         let marks = std::mem::take(&mut self.marks);
         let mut failed = marks.iter().filter_map(|m| {
-            let error = self.known[m.shard].lost(m.lsn)?;
+            let error = self.shards[m.shard].known.lost(m.lsn)?;
             Some((m.start, m.end, error))
         });
         let Some(first) = failed.next() else {

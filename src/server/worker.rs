@@ -132,7 +132,7 @@ impl ShardCtx {
             None => Disk::Writing,
             Some(e) => {
                 tracing::warn!(shard = id, error = %e, "starting with a full data directory: changes are refused until there is room");
-                engine.hold_grants(true, 0);
+                engine.hold_grants();
                 store.stats.write_failing = true;
                 store.stats.last_write_errno = e.raw_os_error().unwrap_or(0);
                 Disk::Full(refusal(&global, &e))
@@ -436,7 +436,7 @@ impl ShardCtx {
         let refusal = refusal(&self.global, &e);
         tracing::warn!(shard = self.id, error = %e, "the data directory is full: rolling back the changes not written, refusing changes until there is room");
         *self.disk.borrow_mut() = Disk::RollingBack(refusal.clone());
-        self.engine.borrow_mut().hold_grants(true, 0);
+        self.engine.borrow_mut().hold_grants();
         let (file, len, (gdir, shard)) = {
             let store = self.store.borrow();
             (store.file(), store.stats.log_bytes, store.files())
@@ -526,7 +526,7 @@ impl ShardCtx {
             "the data directory has room again: changes are taken again"
         );
         let now = self.now();
-        self.engine.borrow_mut().hold_grants(false, now);
+        self.engine.borrow_mut().resume_grants(now);
         self.settle();
     }
 

@@ -10,18 +10,22 @@ use crate::state::{Namespace, Waiter, WaiterId};
 use crate::types::{FencingToken, LeaseId, Name, Nanos};
 
 impl Shard {
-    /// Holds (or, with `held` false, resumes) handing freed permits to parked acquires. A grant
+    /// Holds handing freed permits to parked acquires, until [`Shard::resume_grants`]. A grant
     /// is a change, and a parked client must never be told ACQUIRED for a hold that a crash
     /// could take back; so while its caller cannot save changes, the permits that an expiry or
     /// a time-out frees stay free, and the parked acquires keep their places and time out as
-    /// usual. Resuming serves every queue at `now`, as the frees would have.
-    pub fn hold_grants(&mut self, held: bool, now: Nanos) {
-        self.cx.grants_held = held;
-        if !held {
-            self.advance(now);
-            let queued: Vec<(Name, Name)> = self.cx.waiter_at.values().cloned().collect();
-            self.serve_all(queued, now);
-        }
+    /// usual.
+    pub fn hold_grants(&mut self) {
+        self.cx.grants_held = true;
+    }
+
+    /// Hands freed permits to parked acquires again: serves every queue at `now`, as the frees
+    /// made while grants were held would have.
+    pub fn resume_grants(&mut self, now: Nanos) {
+        self.cx.grants_held = false;
+        self.advance(now);
+        let queued: Vec<(Name, Name)> = self.cx.waiter_at.values().cloned().collect();
+        self.serve_all(queued, now);
     }
 
     /// Replaces the shard's state by `namespaces` and `token_hwm`, the state its caller could
