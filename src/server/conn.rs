@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 
 use super::clients::Unblock;
+use super::gate::Gate;
 use super::global::Global;
 use super::msg::{Done, Durable, Moving, ShardMsg, ThreadMsg};
 use super::session::Session;
@@ -190,8 +191,8 @@ pub(super) struct Conn<S> {
     /// The shard of the latest engine commands and how many in a row went there (counted only
     /// for another shard than this one).
     streak: (usize, u32),
-    /// Per shard, the LSN that must be durable before the buffered replies go out.
-    need: Vec<u64>,
+    /// Holds the buffered replies until the changes they may show are durable.
+    gate: Gate,
 }
 
 /// What a read brought.
@@ -219,7 +220,7 @@ impl<S: Transport> Conn<S> {
             session,
             shutdown: g.watch_shutdown(),
             streak: (ctx.id, 0),
-            need: vec![0; g.shard_count()],
+            gate: Gate::new(g.shard_count()),
             ctx,
             g,
             stream,
@@ -327,12 +328,8 @@ impl<S: Transport> Conn<S> {
 
     /// Writes the buffered replies once every change they may show is durable.
     async fn write_out(&mut self) -> std::io::Result<()> {
-        for (shard, need) in self.need.iter_mut().enumerate() {
-            if *need > 0 {
-                self.g.wait_durable(shard, *need).await;
-                *need = 0;
-            }
-        }
+        let proto = self.session.proto();
+        self.gate.settle(&self.g, &mut self.out, proto).await;
         if !self.out.is_empty() {
             let limit = self.g.config.client_output_timeout;
             if limit == 0 {
@@ -353,7 +350,14 @@ impl<S: Transport> Conn<S> {
 
     /// Buffers a reply, encoded in the session's protocol.
     pub fn push(&mut self, r: Reply) {
+        self.push_from(r, None);
+    }
+
+    /// Buffers a reply, of an engine request run on `shard` if given.
+    fn push_from(&mut self, r: Reply, shard: Option<usize>) {
+        let start = self.out.len();
         r.encode(self.session.proto(), &mut self.out);
+        self.gate.buffered(start, self.out.len(), shard);
     }
 
     /// Runs every complete request in the input buffer.
@@ -384,16 +388,15 @@ impl<S: Transport> Conn<S> {
 
     /// Records that the buffered replies may show changes up to `lsn` of `shard`.
     pub fn note(&mut self, shard: usize, lsn: u64) {
-        let n = &mut self.need[shard];
-        *n = (*n).max(lsn);
+        self.gate.note(shard, lsn);
     }
 
     /// Buffers the reply of an engine request run on `shard`, waiting for it if it parked.
     pub async fn answer(&mut self, shard: usize, done: Done) {
         match done {
-            Done::Reply(r) => self.push(r),
+            Done::Reply(r) => self.push_from(r, Some(shard)),
             Done::Parked(rx, id) => match self.wait_parked(shard, id, rx).await {
-                Some(r) => self.push(r),
+                Some(r) => self.push_from(r, Some(shard)),
                 None => self.session.close = true,
             },
         }

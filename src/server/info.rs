@@ -44,6 +44,8 @@ pub fn sum(parts: &[ShardInfo]) -> Totals {
         p.snapshots += pp.snapshots;
         p.last_snapshot_us = p.last_snapshot_us.max(pp.last_snapshot_us);
         p.last_snapshot_pause_us = p.last_snapshot_pause_us.max(pp.last_snapshot_pause_us);
+        p.write_failing |= pp.write_failing;
+        p.snapshot_failing |= pp.snapshot_failing;
         c.namespaces += pc.namespaces;
         c.semaphores += pc.semaphores;
         c.leases += pc.leases;
@@ -55,11 +57,35 @@ pub fn sum(parts: &[ShardInfo]) -> Totals {
         s.leases_expired += ps.leases_expired;
         s.clients_unblocked += ps.clients_unblocked;
     }
+    // The error of a shard that is failing now, else the last one any shard had.
+    let failing = parts.iter().find(|part| part.persist.write_failing);
+    let erred = parts.iter().find(|part| part.persist.last_write_errno != 0);
+    p.last_write_errno = failing
+        .or(erred)
+        .map_or(0, |part| part.persist.last_write_errno);
     Totals {
         counts: c,
         stats: s,
         persist: p,
         commands,
+    }
+}
+
+/// Redis's word for whether the last try of a write went through.
+fn status(failing: bool) -> &'static str {
+    if failing {
+        "err"
+    } else {
+        "ok"
+    }
+}
+
+/// The OS error of the last failed write of the log (empty when none failed since start): it
+/// stays after writes resume, to tell what happened; `last_write_status` tells whether it lasts.
+fn write_error(errno: i32) -> String {
+    match errno {
+        0 => String::new(),
+        e => std::io::Error::from_raw_os_error(e).to_string(),
     }
 }
 
@@ -151,8 +177,16 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
             ("loading", "0".into()),
             ("async_loading", "0".into()),
             ("rdb_bgsave_in_progress", "0".into()),
+            ("rdb_last_bgsave_status", status(p.snapshot_failing).into()),
             ("aof_enabled", "1".into()),
             ("aof_rewrite_in_progress", "0".into()),
+            (
+                "aof_last_bgrewrite_status",
+                status(p.snapshot_failing).into(),
+            ),
+            ("aof_last_write_status", status(p.write_failing).into()),
+            ("last_write_status", status(p.write_failing).into()),
+            ("last_write_error", write_error(p.last_write_errno)),
             ("fsync_policy", g.config.fsync.as_str().into()),
             ("log_bytes", p.log_bytes.to_string()),
             ("fsyncs", p.fsyncs.to_string()),

@@ -85,6 +85,7 @@ pub fn run(config: Config) -> std::io::Result<()> {
         let store = crate::persist::Store::open(
             &loaded.gen_dir,
             id,
+            state.lsn,
             global.config.fsync,
             global.config.snapshot_threshold,
         )?;
@@ -98,6 +99,11 @@ pub fn run(config: Config) -> std::io::Result<()> {
     global.begin_shutdown();
     for t in threads {
         let _ = t.join();
+    }
+    if global.failed() {
+        return Err(std::io::Error::other(
+            "stopped after a failed write to the data directory",
+        ));
     }
     tracing::info!("permitd is now ready to exit, bye bye...");
     Ok(())

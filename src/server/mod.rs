@@ -2,7 +2,8 @@
 //!
 //! Its files depend on each other one way, each only on those listed before it:
 //! `acl`, `background`, `clients`, `tls`, `topology` (leaves); `session` (who a connection is logged in as);
-//! `msg` (what the threads send each other); `global` (state every thread shares); `info`
+//! `msg` (what the threads send each other); `global` (state every thread shares); `gate` (a
+//! connection's replies held until their changes are durable); `info`
 //! (INFO and CONFIG GET text); `worker` (an engine shard's runtime); `surface` (the Redis
 //! surface commands over a session); `multi` (transactions); `conn` (a connection's I/O, and
 //! the interface it runs requests through); `dispatch` (routing each request: the
@@ -15,6 +16,7 @@ pub mod clients;
 mod clock;
 pub mod conn;
 mod dispatch;
+mod gate;
 mod global;
 pub mod info;
 mod listener;

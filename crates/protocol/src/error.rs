@@ -35,6 +35,9 @@ pub enum Error {
     NoPerm(String),
     /// `OOM`: `--maxmemory` is reached and the command would add state.
     Oom(String),
+    /// `MISCONF`: a change cannot be made durable now (the data directory is full); nothing
+    /// changed.
+    Misconf(String),
 }
 
 impl Error {
@@ -54,6 +57,7 @@ impl Error {
             Error::Unblocked(_) => "UNBLOCKED",
             Error::NoPerm(_) => "NOPERM",
             Error::Oom(_) => "OOM",
+            Error::Misconf(_) => "MISCONF",
         }
     }
 
@@ -73,6 +77,7 @@ impl Error {
             | Error::Unblocked(m)
             | Error::NoPerm(m)
             | Error::Oom(m) => m,
+            Error::Misconf(m) => m,
         }
     }
 

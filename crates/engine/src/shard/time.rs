@@ -56,7 +56,7 @@ impl Shard {
     }
 
     /// Serves the queues of the `(namespace, semaphore)` pairs in `touched` at `now`.
-    fn serve_all(&mut self, mut touched: Vec<(Name, Name)>, now: Nanos) {
+    pub(super) fn serve_all(&mut self, mut touched: Vec<(Name, Name)>, now: Nanos) {
         touched.sort();
         touched.dedup();
         for (ns, sem) in touched {
