@@ -1101,3 +1101,29 @@ fn every_fencing_token_of_a_run_is_below_2_pow_53() {
         "every token in 1..2^53: {seen:?}"
     );
 }
+
+/// A positive timeout too small for a nanosecond still waits (1 ns) and times out, as Redis
+/// rounds the timeouts of blocking commands up: it once rounded to 0, "do not wait", and
+/// answered UNAVAILABLE.
+#[test]
+fn a_positive_timeout_below_a_nanosecond_waits_and_times_out() {
+    let s = Server::start();
+    let mut con = s.conn();
+    setup(&mut con, "tiny", "s", 1);
+    let holder = lease(&mut con, "tiny", "h", 60);
+    acquire_now(&mut con, "tiny", "s", &holder, 1);
+    let waiter = lease(&mut con, "tiny", "w", 60);
+    for timeout in ["1e-10", "0.0000000001", "4e-10"] {
+        let r = ok(
+            &mut con,
+            &["SEM.ACQUIRE", "tiny", "s", &waiter, "1", timeout],
+        );
+        assert_eq!(
+            text(&field(&r, "outcome")),
+            "ACQUIRE_OUTCOME_TIMED_OUT",
+            "timeout {timeout}: {r:?}"
+        );
+    }
+    let r = ok(&mut con, &["SEM.ACQUIRE", "tiny", "s", &waiter, "1", "0"]);
+    assert_eq!(text(&field(&r, "outcome")), "ACQUIRE_OUTCOME_UNAVAILABLE");
+}

@@ -1,5 +1,5 @@
 //! The append-only log: framed records, and a scanner that tells a torn tail (dropped) from
-//! corruption before the end (an error, unless repairing).
+//! corruption (an error, unless repairing).
 //!
 //! A frame is `[0xA7][len u32][crc32c u32][payload]`, the checksum covering the length bytes and
 //! the payload; a payload is `[lsn u64][record]`.
@@ -67,9 +67,47 @@ pub struct Corrupt {
     pub offset: usize,
 }
 
-/// Reads every record of a log. A bad frame with nothing intact after it is a torn tail from a
-/// crash and is dropped; with intact frames after it, it is corruption: an error, or with
-/// `repair` the log is cut there (everything from the bad record on is dropped).
+/// Bytes the file system writes or loses together after a crash: a page of the page cache, and
+/// the block size of the usual file systems (ext4, xfs, tmpfs). A crash that lost part of a
+/// write loses whole pages of it.
+const PAGE: usize = 4096;
+
+/// Whether the bad frame at `pos`, with no intact frame after it, is what a crash during its
+/// write leaves, rather than damage to a record that was written whole:
+///
+/// - a prefix: the file ends inside the frame (its header, or the payload its length names).
+///   `write` appends in order, so a crash leaves a prefix of the frame and never anything but
+///   the frame's own bytes; the first byte is then the frame's magic;
+/// - or zeros from a page boundary to the end of the file: a file system that made the file
+///   longer before the pages of the write reached the disk (ext4 without data ordering, xfs)
+///   reads those pages back as zeros, and a preallocated tail reads as zeros.
+///
+/// Anything else, such as a frame of full length whose checksum fails with nonzero bytes up to
+/// the end (a flipped bit), is damage: it may be a change that was acknowledged, so it is not
+/// dropped quietly. Two cases are left that no check can tell: a flipped bit in the last frame's
+/// length that makes it run past the end looks like a prefix, and so does a flipped bit in a
+/// last frame whose own bytes end in zeros across a page boundary.
+fn torn_at(buf: &[u8], pos: usize) -> bool {
+    let rest = &buf[pos..];
+    let zeros_from = pos + rest.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let zeroed_page = zeros_from == pos || zeros_from.div_ceil(PAGE) * PAGE < buf.len();
+    if zeroed_page && zeros_from < buf.len() {
+        return true;
+    }
+    if rest[0] != MAGIC {
+        return false;
+    }
+    let Some(head) = rest.get(..HEADER) else {
+        return true;
+    };
+    let len = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes")) as usize;
+    rest.len() < HEADER + len
+}
+
+/// Reads every record of a log. A bad frame with nothing intact after it that looks torn (see
+/// [`torn_at`]) is the tail of a write a crash cut short, and is dropped; any other bad frame
+/// is corruption: an error, or with `repair` the log is cut there (everything from the bad
+/// record on is dropped).
 pub fn scan(buf: Bytes, repair: bool) -> Result<Scan, Corrupt> {
     let mut records = Vec::new();
     let mut pos = 0;
@@ -81,7 +119,7 @@ pub fn scan(buf: Bytes, repair: bool) -> Result<Scan, Corrupt> {
             }
             None => {
                 let intact_after = (pos + 1..buf.len()).any(|p| parse_at(&buf, p).is_some());
-                if !intact_after {
+                if !intact_after && torn_at(&buf, pos) {
                     return Ok(Scan {
                         records,
                         torn_at: Some(pos),
@@ -161,5 +199,84 @@ mod tests {
         let repaired = scan(buf.freeze(), true).unwrap();
         assert_eq!(repaired.records.len(), 1);
         assert_eq!(repaired.repaired_at, Some(first_len));
+    }
+
+    /// A log whose last record, of some 300 bytes, starts at or after `at` (within 40 bytes).
+    fn log_with_last_at(at: usize) -> (BytesMut, usize) {
+        let mut out = BytesMut::new();
+        while out.len() < at {
+            frame(out.len() as u64 + 1, &rec(0), &mut out);
+        }
+        let start = out.len();
+        let big = Record::NsPut {
+            name: Name::new_unchecked(Bytes::from_static(b"big")),
+            description: Bytes::from(vec![b'd'; 300]),
+            metadata: Default::default(),
+            version: 1,
+            created_at: 1,
+            updated_at: 1,
+        };
+        frame(99, &big, &mut out);
+        (out, start)
+    }
+
+    #[test]
+    fn a_flipped_bit_in_the_last_record_is_corruption_not_a_torn_tail() {
+        let full = log_of(5);
+        let last = full.len() - log_of(1).len();
+        // Not in the length field (bytes 1 to 4): see `torn_at`.
+        for at in [last, last + 6, last + 12, full.len() - 1] {
+            let mut buf = full.clone();
+            buf[at] ^= 0x10;
+            let err = scan(buf.clone().freeze(), false).expect_err("corruption");
+            assert_eq!(err.offset, last, "flip at {at}");
+            let repaired = scan(buf.freeze(), true).unwrap();
+            assert_eq!(repaired.records.len(), 4);
+            assert_eq!(repaired.repaired_at, Some(last));
+        }
+    }
+
+    #[test]
+    fn zeros_where_a_crash_left_pages_unwritten_are_a_torn_tail() {
+        // The last record crosses a page boundary and the pages from it on read as zeros.
+        let (mut buf, start) = log_with_last_at(PAGE - 100);
+        assert!(start < PAGE && buf.len() > PAGE);
+        for b in &mut buf[PAGE..] {
+            *b = 0;
+        }
+        let s = scan(buf.freeze(), false).unwrap();
+        assert_eq!(s.torn_at, Some(start));
+        // Zeros after the last whole record (a preallocated or zero-filled tail), short or long.
+        for zeros in [1, 9, 100, 5000] {
+            let mut buf = log_of(3);
+            let end = buf.len();
+            buf.resize(end + zeros, 0);
+            let s = scan(buf.freeze(), false).unwrap();
+            assert_eq!(
+                (s.records.len(), s.torn_at),
+                (3, Some(end)),
+                "{zeros} zeros"
+            );
+        }
+    }
+
+    #[test]
+    fn zeros_inside_a_page_of_the_last_record_are_corruption() {
+        // Zeroed bytes that do not reach back to a page boundary: no crash leaves that.
+        let mut buf = log_of(4);
+        let start = buf.len() - log_of(1).len();
+        let n = buf.len();
+        for b in &mut buf[n - 3..] {
+            *b = 0;
+        }
+        assert_eq!(scan(buf.freeze(), false).unwrap_err().offset, start);
+    }
+
+    #[test]
+    fn bytes_that_are_no_frame_at_the_end_are_corruption() {
+        let mut buf = log_of(3);
+        let end = buf.len();
+        buf.extend_from_slice(b"xy");
+        assert_eq!(scan(buf.freeze(), false).unwrap_err().offset, end);
     }
 }

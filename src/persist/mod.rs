@@ -5,6 +5,11 @@
 //! generation's folder `gen-G/` holds `shard-I.snap` and `shard-I.log` per shard. Each start
 //! loads generation G, then writes generation G+1 (one fresh snapshot per new shard), switches
 //! `MANIFEST` to it atomically and removes G. A crash at any point leaves either G or G+1 whole.
+//! When G+1 cannot be written for lack of room, the start goes on with G (same shard count).
+//!
+//! Lack of room (`ENOSPC`, `EDQUOT`) on a write is told apart from every other failure
+//! ([`WriteError`]): the server survives the first and rolls its changes back, and stops on
+//! the others, as on any failed fsync, after which a file's state is unknown (SPEC §8).
 
 pub mod codec;
 pub mod log;
@@ -54,6 +59,12 @@ pub struct ShardState {
     pub namespaces: BTreeMap<Name, Namespace>,
     /// Fencing-token high-water mark (the maximum over all old shards).
     pub hwm: FencingToken,
+    /// The last LSN in the shard's files: 0 in a new generation; in an old one kept for lack of
+    /// room, new records follow it (replay skips those at or below its snapshot's LSN).
+    pub lsn: u64,
+    /// Why the shard starts refusing changes: the data directory had no room for the new
+    /// generation.
+    pub full: Option<std::io::Error>,
 }
 
 /// What start-up loaded.
@@ -104,37 +115,59 @@ fn log_path(gen_dir: &Path, shard: usize) -> PathBuf {
     gen_dir.join(format!("shard-{shard}.log"))
 }
 
+/// What loading one old shard found besides its state.
+struct ShardFiles {
+    /// Log records replayed.
+    replayed: u64,
+    /// The last LSN in its snapshot and log.
+    lsn: u64,
+    /// Where the log's intact records end (a torn or cut tail starts there).
+    log_end: u64,
+}
+
+/// Reads a file that MANIFEST names. A missing one is an error, never an empty file: the start
+/// would otherwise write a new generation without its data and remove the old one.
+fn read_named(path: &Path, gen: u64, shards: usize) -> Result<Vec<u8>, String> {
+    fs::read(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "{} is missing, but MANIFEST names generation {gen} with {shards} shards: refusing \
+                 to start without its data. Put the file back (from a backup: docs/operations.md)",
+                path.display()
+            )
+        } else {
+            format!("{}: {e}", path.display())
+        }
+    })
+}
+
 /// Loads one old shard: its snapshot, then the log records after it.
 fn load_shard(
     gdir: &Path,
-    shard: usize,
+    (gen, shards, shard): (u64, usize, usize),
     repair: bool,
     into: &mut BTreeMap<Name, Namespace>,
     hwm: &mut FencingToken,
-) -> Result<u64, String> {
+) -> Result<ShardFiles, String> {
     let sp = snap_path(gdir, shard);
-    let mut snap_lsn = 0;
-    match fs::read(&sp) {
-        Ok(bytes) => {
-            let snap = snapshot::decode(Bytes::from(bytes))
-                .map_err(|e| format!("{}: corrupt snapshot: {e}", sp.display()))?;
-            snap_lsn = snap.lsn;
-            *hwm = (*hwm).max(snap.hwm);
-            into.extend(snap.namespaces);
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{}: {e}", sp.display())),
-    }
-    let lp = log_path(gdir, shard);
-    let bytes = match fs::read(&lp) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(format!("{}: {e}", lp.display())),
-    };
-    let scan = log::scan(Bytes::from(bytes), repair).map_err(|c| {
+    let snap = snapshot::decode(Bytes::from(read_named(&sp, gen, shards)?)).map_err(|e| {
         format!(
-            "{}: corrupt record at offset {} (not at the end of the log); start with --repair-log \
-             to truncate the log there, losing the records from that offset on",
+            "{}: corrupt snapshot: {e}. The log cannot rebuild it (it holds only the changes \
+             after the snapshot). Restore the data directory from a backup, or move it aside to \
+             start empty (docs/operations.md)",
+            sp.display()
+        )
+    })?;
+    *hwm = (*hwm).max(snap.hwm);
+    into.extend(snap.namespaces);
+    let lp = log_path(gdir, shard);
+    let bytes = Bytes::from(read_named(&lp, gen, shards)?);
+    let size = bytes.len() as u64;
+    let scan = log::scan(bytes, repair).map_err(|c| {
+        format!(
+            "{}: corrupt record at offset {} (damaged after it was written whole, not cut short by \
+             a crash); start with --repair-log to truncate the log there, losing the records \
+             from that offset on (docs/operations.md)",
             lp.display(),
             c.offset
         )
@@ -145,33 +178,72 @@ fn load_shard(
     if let Some(at) = scan.repaired_at {
         tracing::warn!(file = %lp.display(), offset = at, "--repair-log: truncated the log at a corrupt record");
     }
-    let mut replayed = 0;
+    let log_end = scan
+        .torn_at
+        .or(scan.repaired_at)
+        .map_or(size, |at| at as u64);
+    let mut files = ShardFiles {
+        replayed: 0,
+        lsn: snap.lsn,
+        log_end,
+    };
     for (lsn, rec) in scan.records {
-        if lsn <= snap_lsn {
+        files.lsn = files.lsn.max(lsn);
+        if lsn <= snap.lsn {
             continue;
         }
         apply(into, hwm, rec).map_err(|e| format!("{}: lsn {lsn}: {}", lp.display(), e.0))?;
-        replayed += 1;
+        files.replayed += 1;
     }
-    Ok(replayed)
+    Ok(files)
+}
+
+/// The state of shard `shard` that is on disk in generation folder `gdir` (the server's own
+/// files, after a failed write was cut off them): what a roll-back returns to.
+pub fn load_saved(
+    gdir: &Path,
+    shard: usize,
+) -> Result<(BTreeMap<Name, Namespace>, FencingToken), String> {
+    let (mut namespaces, mut hwm) = (BTreeMap::new(), 0);
+    load_shard(gdir, (0, 0, shard), false, &mut namespaces, &mut hwm)?;
+    Ok((namespaces, hwm))
 }
 
 /// Loads the current generation from `dir`, spreads it over `shards` new shards, and makes a
-/// new generation of it on disk.
+/// new generation of it on disk. Without room for the new generation, it goes on with the
+/// current one when the shard count is the same, its shards refusing changes at first.
 pub fn load(dir: &Path, shards: usize, repair: bool) -> Result<Loaded, String> {
     fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let (old_gen, old_shards) = manifest(dir)?.unwrap_or((0, 0));
     let old_dir = gen_dir(dir, old_gen);
+    if old_shards > 0 && !old_dir.is_dir() {
+        return Err(format!(
+            "{} is missing, but MANIFEST names generation {old_gen} with {old_shards} shards: \
+             refusing to start without its data. Put it back (from a backup: docs/operations.md)",
+            old_dir.display()
+        ));
+    }
     let mut all = BTreeMap::new();
     let mut hwm = 0;
     let mut replayed = 0;
+    let mut old = Vec::with_capacity(old_shards);
     for i in 0..old_shards {
-        replayed += load_shard(&old_dir, i, repair, &mut all, &mut hwm)?;
+        let files = load_shard(
+            &old_dir,
+            (old_gen, old_shards, i),
+            repair,
+            &mut all,
+            &mut hwm,
+        )?;
+        replayed += files.replayed;
+        old.push(files);
     }
     let mut states: Vec<ShardState> = (0..shards)
         .map(|_| ShardState {
             namespaces: BTreeMap::new(),
             hwm,
+            lsn: 0,
+            full: None,
         })
         .collect();
     for (name, ns) in all {
@@ -179,52 +251,159 @@ pub fn load(dir: &Path, shards: usize, repair: bool) -> Result<Loaded, String> {
     }
     let new_gen = old_gen + 1;
     let new_dir = gen_dir(dir, new_gen);
-    let io = |e: std::io::Error| format!("{}: {e}", new_dir.display());
-    if new_dir.exists() {
-        // Left by a start that crashed before switching the manifest: not in use.
-        fs::remove_dir_all(&new_dir).map_err(io)?;
+    match write_generation(dir, new_gen, &new_dir, &states) {
+        Ok(()) => {
+            if old_shards > 0 {
+                let _ = fs::remove_dir_all(&old_dir);
+            }
+            Ok(Loaded {
+                shards: states,
+                gen_dir: new_dir,
+                replayed,
+            })
+        }
+        Err(WriteError::Full(e)) => {
+            let _ = fs::remove_dir_all(&new_dir);
+            if old_shards != shards {
+                return Err(format!(
+                    "{}: {e}: no room for the new generation, which re-sharding from {old_shards} \
+                     to {shards} shards needs. Free some space, or start with --shards \
+                     {old_shards} to serve the current one",
+                    new_dir.display()
+                ));
+            }
+            keep_generation(&old_dir, &old, &mut states, &e)?;
+            tracing::warn!(dir = %dir.display(), error = %e, "no room for a new generation: going on with the current one, refusing changes until there is room");
+            Ok(Loaded {
+                shards: states,
+                gen_dir: old_dir,
+                replayed,
+            })
+        }
+        Err(WriteError::Failed(e)) => Err(format!("{}: {e}", new_dir.display())),
     }
-    fs::create_dir_all(&new_dir).map_err(io)?;
+}
+
+/// Writes generation `gen` in `gen_dir` (a snapshot and an empty log per shard) and switches
+/// `MANIFEST` to it. `Full` only while `MANIFEST` still names the current generation.
+fn write_generation(
+    dir: &Path,
+    gen: u64,
+    gen_dir: &Path,
+    states: &[ShardState],
+) -> Result<(), WriteError> {
+    let create = || -> std::io::Result<()> {
+        if gen_dir.exists() {
+            // Left by a start that crashed before switching the manifest: not in use.
+            fs::remove_dir_all(gen_dir)?;
+        }
+        fs::create_dir_all(gen_dir)
+    };
+    create().map_err(WriteError::of_write)?;
     for (i, st) in states.iter().enumerate() {
-        save_snapshot(&snap_path(&new_dir, i), &st.namespaces, st.hwm, 0).map_err(io)?;
-        File::create(log_path(&new_dir, i))
+        save_snapshot(&snap_path(gen_dir, i), &st.namespaces, st.hwm, 0)?;
+        File::create(log_path(gen_dir, i))
             .and_then(|f| f.sync_all())
-            .map_err(io)?;
+            .map_err(WriteError::of_write)?;
     }
-    sync_dir(&new_dir).map_err(io)?;
-    let text = format!("permitd-manifest 1\ngeneration {new_gen}\nshards {shards}\n");
-    write_file_synced(&dir.join("MANIFEST"), text.as_bytes()).map_err(io)?;
-    sync_dir(dir).map_err(io)?;
-    if old_shards > 0 {
-        let _ = fs::remove_dir_all(&old_dir);
+    sync_dir(gen_dir).map_err(WriteError::of_write)?;
+    let text = format!(
+        "permitd-manifest 1\ngeneration {gen}\nshards {}\n",
+        states.len()
+    );
+    replace_synced(&dir.join("MANIFEST"), |f| f.write_all(text.as_bytes()))
+}
+
+/// Readies the current generation to be written on (the new one had no room): each log loses
+/// its torn or cut tail, which later records must not follow, and each shard continues its
+/// LSNs and starts out refusing changes with `why`.
+fn keep_generation(
+    gdir: &Path,
+    old: &[ShardFiles],
+    states: &mut [ShardState],
+    why: &std::io::Error,
+) -> Result<(), String> {
+    for (i, (files, st)) in old.iter().zip(states.iter_mut()).enumerate() {
+        let lp = log_path(gdir, i);
+        let cut = OpenOptions::new()
+            .write(true)
+            .open(&lp)
+            .and_then(|f| truncate_log(&f, files.log_end));
+        cut.map_err(|e| format!("{}: {e}", lp.display()))?;
+        st.lsn = files.lsn;
+        st.full = Some(std::io::Error::from_raw_os_error(
+            why.raw_os_error().unwrap_or(libc::ENOSPC),
+        ));
     }
-    Ok(Loaded {
-        shards: states,
-        gen_dir: new_dir,
-        replayed,
-    })
+    Ok(())
+}
+
+/// Why a write did not reach the disk.
+#[derive(Debug)]
+pub enum WriteError {
+    /// The file system had no room (`ENOSPC`, `EDQUOT`) for a write: the files are as they
+    /// were before it once its partial bytes are cut off (a log) or removed (a new file).
+    Full(std::io::Error),
+    /// Anything else, and every failed fsync: after one, a file's state is unknown.
+    Failed(std::io::Error),
+}
+
+impl WriteError {
+    /// A failed `write` (or create): `Full` when it lacked room.
+    fn of_write(e: std::io::Error) -> WriteError {
+        if is_full(&e) {
+            WriteError::Full(e)
+        } else {
+            WriteError::Failed(e)
+        }
+    }
+
+    /// The OS error underneath.
+    pub fn io(&self) -> &std::io::Error {
+        match self {
+            WriteError::Full(e) | WriteError::Failed(e) => e,
+        }
+    }
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.io().fmt(f)
+    }
+}
+
+/// Whether `e` says the file system has no room: no space left, or the user's quota spent.
+pub fn is_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, directory fsync.
 pub fn write_file_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    replace_synced(path, |f| f.write_all(bytes))
+    replace_synced(path, |f| f.write_all(bytes)).map_err(|e| match e {
+        WriteError::Full(e) | WriteError::Failed(e) => e,
+    })
 }
 
 /// Replaces `path` atomically by what `fill` writes: a temporary file, fsync, rename,
-/// directory fsync.
+/// directory fsync. Until the rename, a failure leaves `path` as it was and removes the
+/// temporary file (it must not keep the room that was lacking); so a lack of room while
+/// writing or syncing it is `Full`, even from the fsync: the file it concerns is gone.
 fn replace_synced(
     path: &Path,
     fill: impl FnOnce(&mut File) -> std::io::Result<()>,
-) -> std::io::Result<()> {
+) -> Result<(), WriteError> {
     let tmp = path.with_extension("tmp");
-    {
-        let mut f = File::create(&tmp)?;
+    let written = File::create(&tmp).and_then(|mut f| {
         fill(&mut f)?;
-        f.sync_all()?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(WriteError::of_write(e));
     }
-    fs::rename(&tmp, path)?;
+    fs::rename(&tmp, path).map_err(WriteError::of_write)?;
     if let Some(parent) = path.parent() {
-        sync_dir(parent)?;
+        sync_dir(parent).map_err(WriteError::Failed)?;
     }
     Ok(())
 }
@@ -238,7 +417,10 @@ pub fn snapshot_channel() -> (SyncSender<Piece>, Receiver<Piece>) {
 /// Writes a snapshot file from its pieces (blocking): room for the header, the body as it
 /// arrives, then the header in its place. Fails, leaving `path` as it was, when the pieces end
 /// without a header (the encoder stopped).
-pub fn write_snapshot(path: &Path, pieces: impl IntoIterator<Item = Piece>) -> std::io::Result<()> {
+pub fn write_snapshot(
+    path: &Path,
+    pieces: impl IntoIterator<Item = Piece>,
+) -> Result<(), WriteError> {
     replace_synced(path, |f| {
         f.write_all(&[0; snapshot::HEADER_LEN])?;
         for p in pieces {
@@ -259,7 +441,7 @@ pub fn save_snapshot(
     namespaces: &BTreeMap<Name, Namespace>,
     hwm: FencingToken,
     lsn: u64,
-) -> std::io::Result<()> {
+) -> Result<(), WriteError> {
     let (tx, rx) = snapshot_channel();
     std::thread::scope(|s| {
         let writer = s.spawn(|| write_snapshot(path, rx));
@@ -284,6 +466,12 @@ pub struct PersistStats {
     pub last_snapshot_us: u64,
     /// How long the last snapshot paused the shard (serializing), microseconds.
     pub last_snapshot_pause_us: u64,
+    /// Whether the last write of the log failed (changes are refused until one succeeds).
+    pub write_failing: bool,
+    /// The OS error of the last failed write of the log (0: none since start).
+    pub last_write_errno: i32,
+    /// Whether the last snapshot failed (for lack of room: the previous one stays in use).
+    pub snapshot_failing: bool,
 }
 
 /// The most room the pending batch keeps between batches (see [`Store::take`]).
@@ -299,9 +487,11 @@ pub struct Store {
     file: Arc<File>,
     pending: BytesMut,
     last_lsn: u64,
+    /// The LSN up to which the log (or the snapshot) holds every record.
+    saved_lsn: u64,
     /// Log size that triggers a snapshot.
     pub snapshot_threshold: u64,
-    /// INFO counters.
+    /// INFO counters. `log_bytes` is also where the log's saved records end.
     pub stats: PersistStats,
 }
 
@@ -314,10 +504,11 @@ pub struct Batch {
 }
 
 impl Store {
-    /// Opens shard `shard`'s log in the generation folder for appending.
+    /// Opens shard `shard`'s log in the generation folder for appending; its last LSN is `lsn`.
     pub fn open(
         gen_dir: &Path,
         shard: usize,
+        lsn: u64,
         policy: Fsync,
         snapshot_threshold: u64,
     ) -> std::io::Result<Store> {
@@ -330,7 +521,8 @@ impl Store {
             shard,
             file: Arc::new(file),
             pending: BytesMut::new(),
-            last_lsn: 0,
+            last_lsn: lsn,
+            saved_lsn: lsn,
             snapshot_threshold,
             stats: PersistStats {
                 log_bytes: size,
@@ -353,6 +545,11 @@ impl Store {
         self.last_lsn
     }
 
+    /// The LSN up to which every record is on disk.
+    pub fn saved_lsn(&self) -> u64 {
+        self.saved_lsn
+    }
+
     /// Whether records wait to be written.
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
@@ -373,6 +570,32 @@ impl Store {
         }
     }
 
+    /// Puts a batch whose write failed back before what is pending, to be written again.
+    pub fn untake(&mut self, batch: Batch) {
+        let mut bytes = BytesMut::with_capacity(batch.bytes.len() + self.pending.len());
+        bytes.extend_from_slice(&batch.bytes);
+        bytes.extend_from_slice(&self.pending);
+        self.pending = bytes;
+    }
+
+    /// Drops every pending record (a roll-back: they are not to be saved). The LSNs they had
+    /// are not handed out again.
+    pub fn drop_pending(&mut self) {
+        self.pending = BytesMut::new();
+    }
+
+    /// A batch of `len` bytes up to `lsn` is in the log now.
+    pub fn written(&mut self, lsn: u64, len: u64) {
+        self.stats.log_bytes += len;
+        self.saved_lsn = self.saved_lsn.max(lsn);
+    }
+
+    /// A snapshot up to `lsn` is installed and the log emptied.
+    pub fn snapshot_installed(&mut self, lsn: u64) {
+        self.stats.log_bytes = 0;
+        self.saved_lsn = self.saved_lsn.max(lsn);
+    }
+
     /// The log file, for a blocking write or sync.
     pub fn file(&self) -> Arc<File> {
         self.file.clone()
@@ -387,28 +610,80 @@ impl Store {
     pub fn snapshot_path(&self) -> PathBuf {
         snap_path(&self.gen_dir, self.shard)
     }
+
+    /// The generation folder and shard index, to read the shard's saved state back.
+    pub fn files(&self) -> (PathBuf, usize) {
+        (self.gen_dir.clone(), self.shard)
+    }
 }
 
-/// Writes a batch to the log (blocking), then fdatasyncs when `sync`.
-pub fn write_batch(file: &File, bytes: &[u8], sync: bool) -> std::io::Result<()> {
+/// Writes a batch to the log (blocking), then fdatasyncs when `sync`. A write that lacks room
+/// may leave part of the batch in the file: [`truncate_log`] cuts it off.
+pub fn write_batch(file: &File, bytes: &[u8], sync: bool) -> Result<(), WriteError> {
     let mut f = file;
-    f.write_all(bytes)?;
+    f.write_all(bytes).map_err(WriteError::of_write)?;
     if sync {
-        f.sync_data()?;
+        f.sync_data().map_err(WriteError::Failed)?;
     }
     Ok(())
 }
 
+/// Cuts the log back to `len` bytes, where its saved records end, and syncs that: the part of a
+/// batch whose write failed must not come back at the next start, since its clients were told
+/// that it did not happen. Shrinking a file needs no room.
+pub fn truncate_log(file: &File, len: u64) -> std::io::Result<()> {
+    file.set_len(len)?;
+    file.sync_all()
+}
+
+/// Whether the log's file system has room for `len` more bytes, which it then keeps for the
+/// log: they are allocated past the log's end without changing its size (`fallocate` with
+/// `FALLOC_FL_KEEP_SIZE`), so the next writes cannot lack room until they used them, and a crash
+/// leaves no zeros in the log. A file system without `fallocate` is asked by writing that many
+/// bytes to a file beside the log instead, removed at once.
+pub fn reserve(file: &File, beside: &Path, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let end = file.metadata()?.len();
+    // SAFETY: fallocate reads no memory of ours; the descriptor is open for writing while
+    // `file` lives.
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_KEEP_SIZE,
+            end as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(e);
+    }
+    probe_room(beside, len)
+}
+
+/// Writes `len` bytes to `path` and removes it: whether the file system has that much room.
+fn probe_room(path: &Path, len: u64) -> std::io::Result<()> {
+    let written = File::create(path).and_then(|mut f| {
+        f.write_all(&vec![0; len as usize])?;
+        f.sync_all()
+    });
+    let _ = fs::remove_file(path);
+    written
+}
+
 /// Installs a snapshot (blocking) and empties the log it makes redundant. A crash between the
-/// two leaves log records at or below the snapshot's LSN, which replay skips.
+/// two leaves log records at or below the snapshot's LSN, which replay skips. `Full` leaves
+/// the previous snapshot and the log in place.
 pub fn install_snapshot(
     path: &Path,
     pieces: impl IntoIterator<Item = Piece>,
     log: &File,
-) -> std::io::Result<()> {
+) -> Result<(), WriteError> {
     write_snapshot(path, pieces)?;
-    log.set_len(0)?;
-    log.sync_all()
+    truncate_log(log, 0).map_err(WriteError::Failed)
 }
 
 #[cfg(test)]

@@ -64,6 +64,8 @@ fn workload(shard: &mut Shard) -> Vec<Record> {
     run(shard, 6 * s, &format!("LEASE.REVOKE team {a}"));
     run(shard, 7 * s, "NS.CREATE tmp");
     run(shard, 7 * s, "NS.DELETE tmp");
+    // The wall clock steps a minute ahead: c, still alive, dies a minute later.
+    shard.shift_time(68 * s, 60 * s);
     journal.extend(shard.take_journal());
     journal
 }
@@ -84,7 +86,7 @@ fn replaying_the_journal_rebuilds_the_live_state() {
         })
         .collect();
     assert!(
-        kinds.len() >= 9,
+        kinds.len() >= 10,
         "every record type is exercised: {kinds:?}"
     );
     let mut replayed = BTreeMap::new();
@@ -109,7 +111,7 @@ fn snapshot_plus_log_survives_restart_and_resharding() {
     let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
     let journal = workload(&mut live);
     let home = shard_for(&Name::new_unchecked(Bytes::from("team")), 2);
-    let mut store = Store::open(&first.gen_dir, home, Fsync::Always, 1 << 20).unwrap();
+    let mut store = Store::open(&first.gen_dir, home, 0, Fsync::Always, 1 << 20).unwrap();
     // Half the journal goes into a snapshot, the rest into the log after it.
     let (head, tail) = journal.split_at(journal.len() / 2);
     let mut snap_state = BTreeMap::new();
@@ -174,7 +176,7 @@ impl Node {
             .map(|(id, st)| {
                 let limits = Arc::new(Limits::default());
                 let shard = Shard::restore(limits, namespaces.clone(), st.namespaces, st.hwm);
-                let store = Store::open(&loaded.gen_dir, id, Fsync::No, 1 << 30).unwrap();
+                let store = Store::open(&loaded.gen_dir, id, 0, Fsync::No, 1 << 30).unwrap();
                 (shard, store)
             })
             .collect();
@@ -273,7 +275,7 @@ fn a_burst_of_records_does_not_keep_its_room() {
     let dir = std::env::temp_dir().join(format!("permitd-pending-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let loaded = load(&dir, 1, false).unwrap();
-    let mut store = Store::open(&loaded.gen_dir, 0, Fsync::No, 1 << 30).unwrap();
+    let mut store = Store::open(&loaded.gen_dir, 0, 0, Fsync::No, 1 << 30).unwrap();
     let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
     let journal = workload(&mut live);
     store.append(journal.clone());
@@ -302,7 +304,7 @@ fn corrupt_log_stops_the_start_with_file_and_offset() {
     let first = load(&dir, 1, false).unwrap();
     let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
     let journal = workload(&mut live);
-    let mut store = Store::open(&first.gen_dir, 0, Fsync::Always, 1 << 20).unwrap();
+    let mut store = Store::open(&first.gen_dir, 0, 0, Fsync::Always, 1 << 20).unwrap();
     store.append(journal);
     let batch = store.take();
     write_batch(&store.file(), &batch.bytes, true).unwrap();
@@ -323,4 +325,168 @@ fn corrupt_log_stops_the_start_with_file_and_offset() {
         "cut before the first record"
     );
     let _ = fs::remove_dir_all(&dir);
+}
+
+/// A data directory with the workload's state in generation 2 (its log holds the changes),
+/// and the shard that holds namespace `team`.
+fn saved_workload(dir: &Path) -> usize {
+    let _ = fs::remove_dir_all(dir);
+    let first = load(dir, 2, false).unwrap();
+    let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+    let home = shard_for(&Name::new_unchecked(Bytes::from("team")), 2);
+    let mut store = Store::open(&first.gen_dir, home, 0, Fsync::Always, 1 << 20).unwrap();
+    store.append(workload(&mut live));
+    write_batch(&store.file(), &store.take().bytes, true).unwrap();
+    home
+}
+
+#[test]
+fn a_file_named_by_the_manifest_but_missing_stops_the_start_and_keeps_the_rest() {
+    let dir = std::env::temp_dir().join(format!("permitd-missing-{}", std::process::id()));
+    for (what, gone) in [
+        ("log", "gen-1/shard-H.log"),
+        ("snapshot", "gen-1/shard-H.snap"),
+        ("generation", "gen-1"),
+    ] {
+        let home = saved_workload(&dir);
+        let gone = dir.join(gone.replace('H', &home.to_string()));
+        if gone.is_dir() {
+            fs::remove_dir_all(&gone).unwrap();
+        } else {
+            fs::remove_file(&gone).unwrap();
+        }
+        let err = load(&dir, 2, false)
+            .err()
+            .expect("a missing {what} stops the start");
+        assert!(
+            err.contains(&gone.display().to_string()) && err.contains("missing"),
+            "{what}: {err}"
+        );
+        // Nothing was written or removed: putting the file back would start as before.
+        assert!(
+            !dir.join("gen-2").exists(),
+            "{what}: a new generation was written"
+        );
+        let manifest = fs::read_to_string(dir.join("MANIFEST")).unwrap();
+        assert!(manifest.contains("generation 1"), "{what}: {manifest}");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_corrupt_snapshot_stops_the_start_and_says_what_can_be_done() {
+    let dir = std::env::temp_dir().join(format!("permitd-badsnap-{}", std::process::id()));
+    let home = saved_workload(&dir);
+    // A new generation moves the state into its snapshots.
+    let loaded = load(&dir, 2, false).unwrap();
+    let path = snap_path(&loaded.gen_dir, home);
+    let mut bytes = fs::read(&path).unwrap();
+    let at = bytes.len() - 5;
+    bytes[at] ^= 1;
+    fs::write(&path, &bytes).unwrap();
+    let err = load(&dir, 2, false)
+        .err()
+        .expect("corruption stops the start");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(
+        err.contains("checksum") && err.contains("backup") && err.contains("operations.md"),
+        "{err}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_saved_state_of_a_shard_is_what_its_files_hold() {
+    let dir = std::env::temp_dir().join(format!("permitd-saved-{}", std::process::id()));
+    let home = saved_workload(&dir);
+    let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+    workload(&mut live);
+    let (nss, hwm) = load_saved(&dir.join("gen-1"), home).unwrap();
+    let (live_nss, live_hwm) = live.state();
+    assert_eq!(hwm, live_hwm);
+    assert_eq!(
+        snapshot::to_bytes(&nss, 0, 0),
+        snapshot::to_bytes(live_nss, 0, 0)
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_roll_back_keeps_the_waiters_that_parked_before_and_ends_the_others() {
+    let s = NANOS_PER_SEC;
+    let mut shard = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+    run(&mut shard, s, "NS.CREATE team");
+    run(&mut shard, s, "SEM.CREATE team db 1");
+    let (a, b, c) = (
+        lease(&mut shard, s, 1, 100),
+        lease(&mut shard, s, 2, 100),
+        lease(&mut shard, s, 3, 100),
+    );
+    run(&mut shard, s, &format!("SEM.ACQUIRE team db {a} 1 0"));
+    let Exec::Parked(early) = run(&mut shard, s, &format!("SEM.ACQUIRE team db {b} 1 50")) else {
+        panic!("b waits")
+    };
+    // What is saved: everything so far.
+    let mut saved = BTreeMap::new();
+    let mut hwm = 0;
+    for r in shard.take_journal() {
+        apply(&mut saved, &mut hwm, r).unwrap();
+    }
+    // Not saved: c's wait, and a's release, which grants b.
+    let Exec::Parked(late) = run(&mut shard, 2 * s, &format!("SEM.ACQUIRE team db {c} 1 50"))
+    else {
+        panic!("c waits")
+    };
+    shard.hold_grants();
+    run(&mut shard, 3 * s, &format!("SEM.RELEASE team db {a}"));
+    assert!(shard.take_outbox().is_empty(), "grants are held");
+    let dropped = shard.roll_back(saved, hwm, |id| id == early);
+    assert_eq!(dropped, vec![late]);
+    shard.check();
+    assert_eq!(shard.counts().waiters, 1);
+    assert_eq!(
+        shard.counts().holders,
+        1,
+        "a holds again: its release is rolled back"
+    );
+    // b keeps its place and its deadline: it times out at 51 s, as it would have.
+    shard.advance(50 * s);
+    assert!(shard.take_outbox().is_empty());
+    shard.advance(51 * s);
+    let out = shard.take_outbox();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, early);
+    assert!(
+        format!("{:?}", out[0].1).contains("TIMED_OUT"),
+        "{:?}",
+        out[0].1
+    );
+}
+
+#[test]
+fn resuming_grants_serves_the_queues_at_once() {
+    let s = NANOS_PER_SEC;
+    let mut shard = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+    run(&mut shard, s, "NS.CREATE team");
+    run(&mut shard, s, "SEM.CREATE team db 1");
+    let (a, b) = (lease(&mut shard, s, 1, 5), lease(&mut shard, s, 2, 100));
+    run(&mut shard, s, &format!("SEM.ACQUIRE team db {a} 1 0"));
+    let Exec::Parked(waiter) = run(&mut shard, s, &format!("SEM.ACQUIRE team db {b} 1 50")) else {
+        panic!("b waits")
+    };
+    shard.hold_grants();
+    // a expires at 6 s: its permit stays free while grants are held.
+    shard.advance(10 * s);
+    assert!(shard.take_outbox().is_empty());
+    assert_eq!(shard.counts().holders, 0);
+    shard.resume_grants(11 * s);
+    let out = shard.take_outbox();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, waiter);
+    assert!(
+        format!("{:?}", out[0].1).contains("ACQUIRED"),
+        "{:?}",
+        out[0].1
+    );
+    assert_eq!(shard.counts().holders, 1);
 }

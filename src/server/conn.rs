@@ -31,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 
+use super::gate::Gate;
 use super::global::Global;
 use super::msg::{Done, Durable, Moving, ShardMsg, ThreadMsg};
 use super::session::Session;
@@ -274,8 +275,9 @@ pub(super) struct Conn<S> {
     /// Server-wide state.
     pub g: Arc<Global>,
     inbuf: BytesMut,
-    /// Encoded replies not written yet. Whenever the connection waits on its socket, every
-    /// change they show is durable: only `send` and `finish` write, after waiting for that.
+    /// Encoded replies not written yet. Whenever the connection waits on its socket, the fate
+    /// of every change they show is known (the gate settled them): only `send` and `finish`
+    /// write, after settling.
     out: BytesMut,
     /// `out`'s length after the last write (what was left then), to write again only once
     /// another `OUT_FLUSH` came on top.
@@ -287,8 +289,8 @@ pub(super) struct Conn<S> {
     /// The shard of the latest engine commands and how many in a row went there (counted only
     /// for another shard than this one).
     streak: (usize, u32),
-    /// Per shard, the LSN that must be durable before the buffered replies go out.
-    need: Vec<u64>,
+    /// Holds the buffered replies until the changes they may show are durable.
+    gate: Gate,
 }
 
 /// What a read brought.
@@ -319,7 +321,7 @@ impl<S: Transport> Conn<S> {
             session,
             shutdown: g.watch_shutdown(),
             streak: (ctx.id, 0),
-            need: vec![0; g.shard_count()],
+            gate: Gate::new(g.shard_count()),
             ctx,
             g,
             stream,
@@ -467,22 +469,19 @@ impl<S: Transport> Conn<S> {
         true
     }
 
-    /// Waits until every change the buffered replies may show is durable.
-    async fn wait_durable(&mut self) {
-        for (shard, need) in self.need.iter_mut().enumerate() {
-            if *need > 0 {
-                self.g.wait_durable(shard, *need).await;
-                *need = 0;
-            }
-        }
+    /// Waits until the fate of every change the buffered replies may show is known (a reply
+    /// that shows a change rolled back becomes its error: see gate.rs).
+    async fn settle(&mut self) {
+        let proto = self.session.proto();
+        self.gate.settle(&self.g, &mut self.out, proto).await;
     }
 
-    /// Writes what the socket takes now of the buffered replies, once every change they may
-    /// show is durable; the rest goes out while the connection reads on. False when the
+    /// Writes what the socket takes now of the buffered replies, once the changes they may show
+    /// are settled; the rest goes out while the connection reads on. False when the
     /// connection is to close: writing failed, or the replies not written passed the output
     /// buffer limit (they are dropped, as Redis drops a client past its hard limit).
     async fn send(&mut self) -> bool {
-        self.wait_durable().await;
+        self.settle().await;
         // What the socket takes now: nothing here waits for the client.
         let wrote = poll_fn(|cx| {
             while self.writing() {
@@ -527,7 +526,7 @@ impl<S: Transport> Conn<S> {
         if !self.writing() {
             return;
         }
-        self.wait_durable().await;
+        self.settle().await;
         let write = async {
             self.stream.write_all(&self.out).await?;
             self.stream.flush().await
@@ -547,12 +546,26 @@ impl<S: Transport> Conn<S> {
 
     /// Buffers a reply, encoded in the session's protocol.
     pub fn push(&mut self, r: Reply) {
-        r.encode(self.session.proto(), &mut self.out);
+        self.push_from(r, None);
     }
 
-    /// Buffers replies already encoded in the session's protocol (a batch's, by its shard).
-    pub fn push_encoded(&mut self, replies: &[u8]) {
+    /// Buffers a reply, of an engine request run on `shard` if given.
+    fn push_from(&mut self, r: Reply, shard: Option<usize>) {
+        let start = self.out.len();
+        r.encode(self.session.proto(), &mut self.out);
+        self.gate.buffered(start, self.out.len(), shard);
+    }
+
+    /// Buffers replies of engine requests run on `shard`, already encoded in the session's
+    /// protocol (a batch's, by its shard): `replies`, each ending at one of `ends`.
+    pub fn push_encoded(&mut self, shard: usize, replies: &[u8], ends: &[usize]) {
+        let base = self.out.len();
         self.out.extend_from_slice(replies);
+        let mut start = base;
+        for &end in ends {
+            self.gate.buffered(start, base + end, Some(shard));
+            start = base + end;
+        }
     }
 
     /// Runs every complete request in the input buffer (none more once the client is killed).
@@ -583,16 +596,15 @@ impl<S: Transport> Conn<S> {
 
     /// Records that the buffered replies may show changes up to `lsn` of `shard`.
     pub fn note(&mut self, shard: usize, lsn: u64) {
-        let n = &mut self.need[shard];
-        *n = (*n).max(lsn);
+        self.gate.note(shard, lsn);
     }
 
     /// Buffers the reply of an engine request run on `shard`, waiting for it if it parked.
     pub async fn answer(&mut self, shard: usize, done: Done) {
         match done {
-            Done::Reply(r) => self.push(r),
+            Done::Reply(r) => self.push_from(r, Some(shard)),
             Done::Parked(rx, id) => match self.wait_parked(shard, id, rx).await {
-                Some(r) => self.push(r),
+                Some(r) => self.push_from(r, Some(shard)),
                 None => self.session.close = true,
             },
             Done::Killed => self.session.close = true,

@@ -20,6 +20,7 @@ use bytes::Bytes;
 
 use super::conn::{Conn, Service, Transport, OUT_FLUSH};
 use super::info;
+use super::memory;
 use super::msg::{Done, Durable, Ran, ShardMsg};
 use super::multi::{self, Step, Transaction};
 use super::parking::Parking;
@@ -70,6 +71,16 @@ impl Service for Dispatch {
             if let Some(e) = denied {
                 return self.reject(conn, e, true).await;
             }
+        }
+        // Past --maxmemory: what would add state is refused, and so is queueing anything into a
+        // transaction (the queue grows), as Redis does; EXEC, DISCARD, QUIT and RESET always go
+        // through.
+        let ends = matches!(spec.cmd, Cmd::Exec | Cmd::Discard | Cmd::Quit | Cmd::Reset);
+        let queues = self.multi.is_some() && !ends;
+        if (spec.flags.has(Flag::DenyOom) || queues) && conn.g.memory.exceeded() {
+            return self
+                .reject(conn, Error::Oom(memory::OOM.into()), true)
+                .await;
         }
         match spec.cmd {
             Cmd::Multi => {
@@ -179,9 +190,9 @@ impl Dispatch {
                 }
                 return;
             };
-            let Ran { out, rest } = value;
+            let Ran { out, ends, rest } = value;
             conn.note(shard, lsn);
-            conn.push_encoded(&out);
+            conn.push_encoded(shard, &out, &ends);
             if !conn.send_some().await {
                 // The client is closed (past its output limit): the rest never runs.
                 return;
@@ -240,6 +251,10 @@ impl Dispatch {
             Ok(tx) => tx,
             Err(reply) => return conn.push(reply),
         };
+        if tx.adds_state() && conn.g.memory.exceeded() {
+            let why = format!("Transaction discarded because of: OOM {}", memory::OOM);
+            return conn.push(Reply::Error(Error::ExecAbort(why)));
+        }
         let user = conn.session.current_user(&conn.g.acl).cloned();
         let plan = match tx.plan(user.as_ref(), &conn.g) {
             Ok(p) => p,

@@ -3,19 +3,68 @@
 //! change (the shutdown flag, the durable LSNs, the engine's server-wide counters) is private,
 //! behind the methods of that party.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::futures::Notified;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::acl::Acl;
 use super::clients::Registry;
+use super::memory::MemoryLimit;
 use super::msg::{ShardMsg, ThreadMsg};
+use super::topology::Topology;
 use crate::config::Config;
-use crate::engine::types::{Limits, Name};
+use crate::engine::types::{Limits, Name, Nanos};
+use crate::error::Error;
 use crate::protocol::RequestLimits;
+
+/// How many roll-backs a shard's [`Saved`] remembers one by one; older ones are merged, and an
+/// LSN between two merged ones counts as rolled back too. A connection checks its replies'
+/// LSNs when it writes them, and each roll-back after the first needs a write that succeeded
+/// in between (a second or more of retrying), so only a reply held back across many of them
+/// could be misjudged, and then as failed rather than saved.
+const LOST_KEPT: usize = 16;
+
+/// How far a shard's log is saved, and which of its LSNs never will be: the changes rolled
+/// back because they could not be written, each with the error their clients get.
+#[derive(Debug, Clone, Default)]
+pub struct Saved {
+    /// Every LSN up to this one is on disk, but the rolled-back ones.
+    pub lsn: u64,
+    lost: Arc<Vec<Lost>>,
+}
+
+/// LSNs `after + 1 ..= upto`, rolled back.
+#[derive(Debug, Clone)]
+struct Lost {
+    after: u64,
+    upto: u64,
+    error: Error,
+}
+
+impl Saved {
+    /// The error of a rolled-back change, if `lsn` is one.
+    pub fn lost(&self, lsn: u64) -> Option<&Error> {
+        self.lost
+            .iter()
+            .rev()
+            .find(|l| l.after < lsn && lsn <= l.upto)
+            .map(|l| &l.error)
+    }
+
+    /// Whether `lsn`'s change is on disk.
+    pub fn has(&self, lsn: u64) -> bool {
+        lsn <= self.lsn && self.lost(lsn).is_none()
+    }
+
+    /// Whether `lsn`'s fate is known: on disk, or rolled back.
+    fn settles(&self, lsn: u64) -> bool {
+        lsn <= self.lsn || self.lost(lsn).is_some()
+    }
+}
 
 /// See the module docs.
 pub struct Global {
@@ -31,15 +80,21 @@ pub struct Global {
     pub acl: Acl,
     /// TLS settings of `--tls-port`.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// `--maxmemory`, and whether it is exceeded.
+    pub memory: MemoryLimit,
     /// The port listened on (`--port 0` picks one).
     pub port: u16,
+    /// The cluster as this node knows it.
+    pub topology: Topology,
     /// When the server was ready to serve (after loading its data).
     pub started: Instant,
     inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
     shutdown: watch::Sender<bool>,
     /// Per shard: the LSN up to which its log is durable (written, and under `--fsync always`
-    /// also synced).
-    durable: Vec<watch::Sender<u64>>,
+    /// also synced), and the LSNs rolled back.
+    durable: Vec<watch::Sender<Saved>>,
+    /// A shard stopped the server after a write failed (it then exits non-zero).
+    failed: AtomicBool,
     /// Namespaces on all shards (the quota is server-wide).
     namespace_count: Arc<AtomicUsize>,
     /// Parked acquires on all shards (the `--max-waiters` quota).
@@ -48,6 +103,8 @@ pub struct Global {
     /// connections it handed over (socket registrations, messages) is freed by the shards or on
     /// its own next turn, and an idle thread would keep those pages.
     trim_acceptor: Notify,
+    /// Added to the system clock: only `DEBUG CLOCK-STEP` sets it, to test clock steps.
+    clock_offset: AtomicI64,
 }
 
 impl Global {
@@ -57,24 +114,46 @@ impl Global {
         acl: Acl,
         tls: Option<Arc<rustls::ServerConfig>>,
         port: u16,
+        topology: Topology,
         inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
     ) -> Global {
         Global {
             limits: Arc::new(config.limits()),
             request_limits: config.request_limits(),
+            memory: MemoryLimit::new(config.maxmemory),
             config,
             clients: Registry::default(),
             acl,
             tls,
             port,
+            topology,
             started: Instant::now(),
-            durable: inboxes.iter().map(|_| watch::channel(0).0).collect(),
+            durable: inboxes
+                .iter()
+                .map(|_| watch::channel(Saved::default()).0)
+                .collect(),
+            failed: AtomicBool::new(false),
             inboxes,
             shutdown: watch::channel(false).0,
             namespace_count: Arc::new(AtomicUsize::new(0)),
             waiter_count: Arc::new(AtomicUsize::new(0)),
             trim_acceptor: Notify::new(),
+            clock_offset: AtomicI64::new(0),
         }
+    }
+
+    /// The wall clock, in nanoseconds since the Unix epoch: what the shards' clocks read.
+    pub fn wall_nanos(&self) -> Nanos {
+        let system = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as Nanos);
+        system + self.clock_offset.load(Ordering::Relaxed)
+    }
+
+    /// Moves the server's wall clock `by` (`DEBUG CLOCK-STEP`), as an NTP step moves the
+    /// system's.
+    pub fn step_clock(&self, by: Nanos) {
+        self.clock_offset.fetch_add(by, Ordering::Relaxed);
     }
 
     /// How many shards (and shard threads) the server runs.
@@ -142,17 +221,51 @@ impl Global {
         self.shutdown.subscribe()
     }
 
-    /// Waits until shard `shard`'s log is durable up to `lsn`.
-    pub async fn wait_durable(&self, shard: usize, lsn: u64) {
+    /// Waits until shard `shard`'s log is durable up to `lsn`, or `lsn` is rolled back; returns
+    /// what is known then.
+    pub async fn wait_durable(&self, shard: usize, lsn: u64) -> Saved {
         let durable = &self.durable[shard];
-        if *durable.borrow() < lsn {
-            let _ = durable.subscribe().wait_for(|d| *d >= lsn).await;
+        {
+            let now = durable.borrow();
+            if now.settles(lsn) {
+                return now.clone();
+            }
         }
+        let mut rx = durable.subscribe();
+        // The sender lives as long as `self`: the wait ends with an answer.
+        let saved = rx.wait_for(|d| d.settles(lsn)).await.map(|d| d.clone());
+        saved.unwrap_or_default()
     }
 
     /// Shard `shard`'s log is durable up to `lsn` now (called by that shard alone).
     pub fn mark_durable(&self, shard: usize, lsn: u64) {
-        self.durable[shard].send_replace(lsn);
+        self.durable[shard].send_modify(|d| d.lsn = d.lsn.max(lsn));
+    }
+
+    /// Shard `shard`'s changes after `after` up to `upto` are rolled back: the replies that may
+    /// show them go out as `error` (called by that shard alone).
+    pub fn roll_back(&self, shard: usize, after: u64, upto: u64, error: Error) {
+        self.durable[shard].send_modify(|d| {
+            let mut lost = d.lost.as_ref().clone();
+            lost.push(Lost { after, upto, error });
+            if lost.len() > LOST_KEPT {
+                let oldest = lost.remove(0);
+                lost[0].after = oldest.after;
+            }
+            d.lost = Arc::new(lost);
+        });
+    }
+
+    /// Stops the server because a shard's write failed: connections write what they owe and
+    /// close, and the process exits non-zero.
+    pub fn stop_failed(&self) {
+        self.failed.store(true, Ordering::Release);
+        self.begin_shutdown();
+    }
+
+    /// Whether a failed write stopped the server.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
     }
 
     /// The server-wide namespace count, which the engine shards keep.

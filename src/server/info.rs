@@ -3,7 +3,9 @@
 use bytes::Bytes;
 
 use super::global::Global;
+use super::memory;
 use super::msg::ShardInfo;
+use super::topology::{self, Topology};
 use crate::engine::{Counts, Stats};
 use crate::persist::PersistStats;
 use crate::protocol::{Proto, Reply};
@@ -42,6 +44,8 @@ pub fn sum(parts: &[ShardInfo]) -> Totals {
         p.snapshots += pp.snapshots;
         p.last_snapshot_us = p.last_snapshot_us.max(pp.last_snapshot_us);
         p.last_snapshot_pause_us = p.last_snapshot_pause_us.max(pp.last_snapshot_pause_us);
+        p.write_failing |= pp.write_failing;
+        p.snapshot_failing |= pp.snapshot_failing;
         c.namespaces += pc.namespaces;
         c.semaphores += pc.semaphores;
         c.leases += pc.leases;
@@ -53,6 +57,12 @@ pub fn sum(parts: &[ShardInfo]) -> Totals {
         s.leases_expired += ps.leases_expired;
         s.clients_unblocked += ps.clients_unblocked;
     }
+    // The error of a shard that is failing now, else the last one any shard had.
+    let failing = parts.iter().find(|part| part.persist.write_failing);
+    let erred = parts.iter().find(|part| part.persist.last_write_errno != 0);
+    p.last_write_errno = failing
+        .or(erred)
+        .map_or(0, |part| part.persist.last_write_errno);
     Totals {
         counts: c,
         stats: s,
@@ -61,11 +71,22 @@ pub fn sum(parts: &[ShardInfo]) -> Totals {
     }
 }
 
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
+/// Redis's word for whether the last try of a write went through.
+fn status(failing: bool) -> &'static str {
+    if failing {
+        "err"
+    } else {
+        "ok"
+    }
+}
+
+/// The OS error of the last failed write of the log (empty when none failed since start): it
+/// stays after writes resume, to tell what happened; `last_write_status` tells whether it lasts.
+fn write_error(errno: i32) -> String {
+    match errno {
+        0 => String::new(),
+        e => std::io::Error::from_raw_os_error(e).to_string(),
+    }
 }
 
 const SECTIONS: &[&str] = &[
@@ -76,6 +97,7 @@ const SECTIONS: &[&str] = &[
     "stats",
     "replication",
     "semaphores",
+    "cluster",
     "keyspace",
 ];
 
@@ -100,7 +122,14 @@ pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
         let mut title = section.to_string();
         title[..1].make_ascii_uppercase();
         out.push_str(&format!("# {title}\r\n"));
-        for (k, v) in section_fields(g, section, &totals) {
+        let fields = match section {
+            "replication" => g.topology.info_replication(),
+            _ => section_fields(g, section, &totals)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        };
+        for (k, v) in fields {
             out.push_str(&format!("{k}:{v}\r\n"));
         }
     }
@@ -114,7 +143,7 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
         "server" => vec![
             ("redis_version", REDIS_COMPAT_VERSION.into()),
             ("permitd_version", VERSION.into()),
-            ("redis_mode", "standalone".into()),
+            ("redis_mode", topology::MODE.into()),
             ("os", std::env::consts::OS.into()),
             ("arch_bits", "64".into()),
             ("multiplexing_api", "epoll".into()),
@@ -137,19 +166,27 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
             ("blocked_clients", g.clients.blocked().to_string()),
         ],
         "memory" => {
-            let rss = rss_bytes();
+            let rss = memory::rss_bytes();
             vec![
                 ("used_memory", rss.to_string()),
                 ("used_memory_rss", rss.to_string()),
-                ("maxmemory", "0".into()),
+                ("maxmemory", g.memory.limit().to_string()),
             ]
         }
         "persistence" => vec![
             ("loading", "0".into()),
             ("async_loading", "0".into()),
             ("rdb_bgsave_in_progress", "0".into()),
+            ("rdb_last_bgsave_status", status(p.snapshot_failing).into()),
             ("aof_enabled", "1".into()),
             ("aof_rewrite_in_progress", "0".into()),
+            (
+                "aof_last_bgrewrite_status",
+                status(p.snapshot_failing).into(),
+            ),
+            ("aof_last_write_status", status(p.write_failing).into()),
+            ("last_write_status", status(p.write_failing).into()),
+            ("last_write_error", write_error(p.last_write_errno)),
             ("fsync_policy", g.config.fsync.as_str().into()),
             ("log_bytes", p.log_bytes.to_string()),
             ("fsyncs", p.fsyncs.to_string()),
@@ -177,7 +214,7 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
             ("leases_expired", s.leases_expired.to_string()),
             ("clients_unblocked", s.clients_unblocked.to_string()),
         ],
-        "replication" => vec![("role", "master".into()), ("connected_slaves", "0".into())],
+        "cluster" => vec![("cluster_enabled", "1".into())],
         "semaphores" => vec![
             ("namespaces", c.namespaces.to_string()),
             ("semaphores", c.semaphores.to_string()),
@@ -213,15 +250,16 @@ pub fn config_get(g: &Global, patterns: &[Bytes]) -> Reply {
     Reply::Map(pairs)
 }
 
-/// The HELLO reply: who answers, the protocol now spoken, the client's id.
-pub fn hello(client_id: u64, proto: Proto) -> Reply {
+/// The HELLO reply: who answers, the protocol now spoken, the client's id, and this node's
+/// place in the cluster.
+pub fn hello(client_id: u64, proto: Proto, topology: &Topology) -> Reply {
     Reply::fields(vec![
         ("server", Reply::text("permitd")),
         ("version", Reply::text(REDIS_COMPAT_VERSION)),
         ("proto", Reply::Int(proto.number())),
         ("id", Reply::Int(client_id as i64)),
-        ("mode", Reply::text("standalone")),
-        ("role", Reply::text("master")),
+        ("mode", Reply::text(topology::MODE)),
+        ("role", Reply::text(topology.role_name())),
         ("modules", Reply::Array(Vec::new())),
     ])
 }

@@ -69,6 +69,8 @@ pub enum Done {
 pub struct Ran {
     /// The replies of the requests run, in order, in the connection's protocol.
     pub out: BytesMut,
+    /// Where each reply ends in `out` (the connection's durability gate marks each one).
+    pub ends: Vec<usize>,
     /// The requests not run yet, because the replies reached the batch's budget.
     pub rest: VecDeque<EngineRequest>,
 }

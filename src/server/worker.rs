@@ -4,17 +4,26 @@
 //! acquires, and writes the engine's journal to the log behind the replies. The engine decides,
 //! this file carries the decisions out (openraft's engine/runtime split); it knows nothing of
 //! connections, which thread.rs serves on the same thread.
+//!
+//! When a write of the log finds the data directory full (SPEC §8), the shard refuses every
+//! change with `MISCONF`, rolls back the changes not yet written (it rebuilds its state from its
+//! files; the replies that may show those changes get the error instead, through the durable
+//! LSNs of `Global`), holds grants, and tries again every second until the log has room. Any
+//! other failed write or sync stops the server.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::fmt::Display;
+use std::fs::File;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::{oneshot, Notify};
 
-use super::background::{Background, Gone};
+use super::background::Background;
+use super::clock::{Clock, Reading};
 use super::global::Global;
 use super::msg::{Done, Durable, Ran, ShardInfo, ShardMsg};
 use super::parking::Parking;
@@ -23,8 +32,53 @@ use crate::engine::room::{shrink_map, FastMap};
 use crate::engine::types::{Name, Nanos};
 use crate::engine::{Cancel, Exec, Shard, WaiterId};
 use crate::error::Error;
-use crate::persist::{self, Fsync, ShardState, Store};
+use crate::persist::{self, Batch, Fsync, ShardState, Store, WriteError};
 use crate::protocol::{Proto, Reply};
+
+/// How often a shard whose data directory is full tries its log again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// The room a full shard must get for its log before it takes changes again; the file system
+/// keeps it for the log (see [`persist::reserve`]).
+const ROOM: u64 = 1 << 20;
+
+/// How long after a snapshot that had no room the next one is tried (the log keeps every
+/// change meanwhile; a snapshot encodes the whole state, too much to retry after each write).
+const SNAPSHOT_RETRY: Duration = Duration::from_secs(10);
+
+/// Whether the shard's changes can be written.
+enum Disk {
+    /// They are written as they come.
+    Writing,
+    /// A write lacked room: changes are refused with the error while those not yet written are
+    /// rolled back; replies that may show them wait, then get the error.
+    RollingBack(Error),
+    /// The data directory is full: changes are refused with the error, and the log is tried
+    /// again every [`RETRY`]. Grants are held, so what changes meanwhile is expiries alone,
+    /// which a restart makes again: replies may show them at once.
+    Full(Error),
+    /// A write or sync failed otherwise: the server is stopping, and every change not written
+    /// before gets the error.
+    Failed(Error),
+}
+
+impl Disk {
+    /// The error a change gets now, if it is refused.
+    fn refusal(&self) -> Option<&Error> {
+        match self {
+            Disk::Writing => None,
+            Disk::RollingBack(e) | Disk::Full(e) | Disk::Failed(e) => Some(e),
+        }
+    }
+}
+
+/// A parked acquire's reply channel.
+struct Parked {
+    tx: oneshot::Sender<Durable<Reply>>,
+    /// The LSN of the change it parked with (it moves the semaphore's `last_activity_at`): it
+    /// stays parked through a roll-back only if that change was saved.
+    lsn: u64,
+}
 
 /// A shard's runtime (see the module docs), shared by its thread's tasks through an `Rc`.
 pub struct ShardCtx {
@@ -36,21 +90,20 @@ pub struct ShardCtx {
     store: RefCell<Store>,
     /// The thread of the log's blocking writes and syncs.
     background: Background,
-    parked: RefCell<FastMap<WaiterId, oneshot::Sender<Durable<Reply>>>>,
+    disk: RefCell<Disk>,
+    parked: RefCell<FastMap<WaiterId, Parked>>,
+    /// The acquire that parked in the request being run, whose LSN `settle` learns.
+    just_parked: Cell<Option<WaiterId>>,
+    /// No snapshot is tried before then (the last one had no room).
+    snapshot_after: Cell<Option<Instant>>,
     timer_wake: Notify,
     flush_wake: Notify,
     /// The deadline the timer task sleeps until (None: no deadline).
     scheduled: Cell<Option<Nanos>>,
-    last_now: Cell<Nanos>,
+    /// The engine's `now`, and the wall clock's forward steps.
+    clock: Clock,
     /// Commands run by this thread's connections (per thread: no shared counter to contend on).
     commands: Cell<u64>,
-}
-
-/// Wall-clock nanoseconds since the Unix epoch.
-fn wall_nanos() -> Nanos {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as Nanos)
 }
 
 impl ShardCtx {
@@ -60,7 +113,7 @@ impl ShardCtx {
         id: usize,
         global: Arc<Global>,
         state: ShardState,
-        store: Store,
+        mut store: Store,
         background: Background,
     ) -> Rc<ShardCtx> {
         let mut engine = Shard::restore(
@@ -70,18 +123,32 @@ impl ShardCtx {
             state.hwm,
         );
         engine.share_waiter_count(global.waiter_count());
+        global.mark_durable(id, store.saved_lsn());
         let policy = store.policy;
+        let disk = match state.full {
+            None => Disk::Writing,
+            Some(e) => {
+                tracing::warn!(shard = id, error = %e, "starting with a full data directory: changes are refused until there is room");
+                engine.hold_grants();
+                store.stats.write_failing = true;
+                store.stats.last_write_errno = e.raw_os_error().unwrap_or(0);
+                Disk::Full(refusal(&global, &e))
+            }
+        };
         let ctx = Rc::new(ShardCtx {
             id,
             global,
             engine: RefCell::new(engine),
             store: RefCell::new(store),
             background,
+            disk: RefCell::new(disk),
             parked: RefCell::new(FastMap::default()),
+            just_parked: Cell::new(None),
+            snapshot_after: Cell::new(None),
             timer_wake: Notify::new(),
             flush_wake: Notify::new(),
             scheduled: Cell::new(None),
-            last_now: Cell::new(0),
+            clock: Clock::default(),
             commands: Cell::new(0),
         });
         tokio::task::spawn_local(ctx.clone().timer_loop());
@@ -97,10 +164,19 @@ impl ShardCtx {
         self.commands.set(self.commands.get() + 1);
     }
 
-    /// The engine's `now`: the wall clock, never moving backwards on this shard.
+    /// The engine's `now` (see clock.rs). After a forward step of the wall clock, the engine's
+    /// lease deaths and deadlines move with it before anything runs at the new `now`; every
+    /// caller settles, which journals the shift.
     fn now(&self) -> Nanos {
-        let now = wall_nanos().max(self.last_now.get());
-        self.last_now.set(now);
+        let Reading { now, step } = self.clock.read(self.global.wall_nanos());
+        if let Some(by) = step {
+            tracing::warn!(
+                shard = self.id,
+                step_ms = by / 1_000_000,
+                "the wall clock stepped forward: every lease and acquire time-out moves with it"
+            );
+            self.engine.borrow_mut().shift_time(now, by);
+        }
         now
     }
 
@@ -111,12 +187,18 @@ impl ShardCtx {
         done
     }
 
-    /// Runs one request at `now`; the caller settles. An acquire parks only for a `parker`, and
-    /// one whose client was killed (by another thread, which then cancels what it finds parked)
-    /// runs nothing, or leaves the queue at once if the kill came as it parked.
+    /// Runs one request at `now`; the caller settles. A change is refused while the disk
+    /// cannot take it. An acquire parks only for a `parker`, and one whose client was killed
+    /// (by another thread, which then cancels what it finds parked) runs nothing, or leaves the
+    /// queue at once if the kill came as it parked.
     fn exec_at(&self, now: Nanos, req: EngineRequest, parker: Option<&Arc<Parking>>) -> Done {
         if parker.is_some_and(|p| p.is_killed()) {
             return Done::Killed;
+        }
+        if req.is_write() {
+            if let Some(e) = self.disk.borrow().refusal() {
+                return Done::Reply(Reply::Error(e.clone()));
+            }
         }
         match self.engine.borrow_mut().execute(now, req, parker.is_some()) {
             Exec::Reply(r) => Done::Reply(r),
@@ -128,7 +210,8 @@ impl ShardCtx {
                     return Done::Killed;
                 }
                 let (tx, rx) = oneshot::channel();
-                self.parked.borrow_mut().insert(id, tx);
+                self.parked.borrow_mut().insert(id, Parked { tx, lsn: 0 });
+                self.just_parked.set(Some(id));
                 Done::Parked(rx, id)
             }
         }
@@ -153,17 +236,13 @@ impl ShardCtx {
     }
 
     /// Runs non-blocking requests from the front of `reqs`, encoding their replies in `proto`,
-    /// until the replies reach `budget` bytes (at least one runs); the rest stay in `reqs`. A
+    /// until the replies reach `budget` bytes (at least one runs); the rest are sent back. A
     /// pipeline of large replies (SEM.HOLDERS of big holders) is thus built a piece at a time,
     /// each piece written (or found past the client's output limit) before the next is built.
-    pub fn run_batch(
-        &self,
-        reqs: &mut VecDeque<EngineRequest>,
-        proto: Proto,
-        budget: usize,
-    ) -> BytesMut {
+    pub fn run_batch(&self, mut reqs: VecDeque<EngineRequest>, proto: Proto, budget: usize) -> Ran {
         let now = self.now();
         let mut out = BytesMut::new();
+        let mut ends = Vec::new();
         while let Some(r) = reqs.pop_front() {
             let reply = match self.exec_at(now, r, None) {
                 Done::Reply(reply) => reply,
@@ -173,12 +252,17 @@ impl ShardCtx {
                 }
             };
             reply.encode(proto, &mut out);
+            ends.push(out.len());
             if out.len() >= budget {
                 break;
             }
         }
         self.settle();
-        out
+        Ran {
+            out,
+            ends,
+            rest: reqs,
+        }
     }
 
     /// Takes a parked acquire of this shard out of its queue.
@@ -192,10 +276,15 @@ impl ShardCtx {
         was
     }
 
-    /// LSN of the last change this shard made: a reply written after it is durable shows no
-    /// state that a crash could take back.
+    /// LSN of the last change this shard made that a crash could take back: a reply written
+    /// after it is durable shows no such state. With a full disk, that is the last one saved
+    /// (see [`Disk::Full`]).
     pub fn last_lsn(&self) -> u64 {
-        self.store.borrow().last_lsn()
+        let store = self.store.borrow();
+        match *self.disk.borrow() {
+            Disk::Full(_) => store.saved_lsn(),
+            _ => store.last_lsn(),
+        }
     }
 
     /// Journals the engine's changes, delivers its replies to parked clients, and re-arms the
@@ -205,22 +294,24 @@ impl ShardCtx {
             let mut engine = self.engine.borrow_mut();
             (engine.take_outbox(), engine.take_journal())
         };
-        let lsn = if journal.is_empty() {
-            self.last_lsn()
-        } else {
-            let lsn = self.store.borrow_mut().append(journal);
+        if !journal.is_empty() {
+            self.store.borrow_mut().append(journal);
             self.flush_wake.notify_one();
-            lsn
-        };
-        if !outbox.is_empty() {
-            let mut parked = self.parked.borrow_mut();
-            for (id, reply) in outbox {
-                if let Some(tx) = parked.remove(&id) {
-                    // A client that left meanwhile drops the reply; the engine moved on.
-                    let _ = tx.send(Durable { value: reply, lsn });
-                }
+        }
+        let lsn = self.last_lsn();
+        let mut parked = self.parked.borrow_mut();
+        if let Some(id) = self.just_parked.take() {
+            if let Some(p) = parked.get_mut(&id) {
+                p.lsn = self.store.borrow().last_lsn();
             }
         }
+        for (id, reply) in outbox {
+            if let Some(p) = parked.remove(&id) {
+                // A client that left meanwhile drops the reply; the engine moved on.
+                let _ = p.tx.send(Durable { value: reply, lsn });
+            }
+        }
+        drop(parked);
         let next = self.engine.borrow_mut().next_deadline();
         if let Some(n) = next {
             if self.scheduled.get().is_none_or(|s| n < s) {
@@ -238,7 +329,7 @@ impl ShardCtx {
             match next {
                 None => self.timer_wake.notified().await,
                 Some(t) => {
-                    let wait = t - wall_nanos();
+                    let wait = t - self.clock.peek(self.global.wall_nanos());
                     if wait > 0 {
                         tokio::select! {
                             _ = tokio::time::sleep(Duration::from_nanos(wait as u64)) => {}
@@ -266,13 +357,12 @@ impl ShardCtx {
                 let _ = reply.send(Durable { value: done, lsn });
             }
             ShardMsg::Batch {
-                mut reqs,
+                reqs,
                 proto,
                 budget,
                 reply,
             } => {
-                let out = self.run_batch(&mut reqs, proto, budget);
-                let value = Ran { out, rest: reqs };
+                let value = self.run_batch(reqs, proto, budget);
                 let lsn = self.last_lsn();
                 let _ = reply.send(Durable { value, lsn });
             }
@@ -319,18 +409,38 @@ impl ShardCtx {
     }
 
     /// Writes the log behind the commands: each pass takes every record framed since the last
-    /// one and writes it with one write (and one fdatasync under `always`): group commit.
+    /// one and writes it with one write (and one fdatasync under `always`): group commit. With a
+    /// full disk it tries again every [`RETRY`] instead.
     async fn flush_loop(self: Rc<Self>) {
         loop {
+            let full = match *self.disk.borrow() {
+                Disk::Writing => false,
+                Disk::Full(_) => true,
+                // Never entered between two passes: rolling back runs inside one.
+                Disk::RollingBack(_) | Disk::Failed(_) => return,
+            };
+            if full {
+                tokio::time::sleep(RETRY).await;
+                self.try_resume().await;
+                continue;
+            }
             if !self.store.borrow().has_pending() {
                 self.flush_wake.notified().await;
                 continue;
             }
             self.flush_once().await;
-            if self.store.borrow().wants_snapshot() {
+            let due = self
+                .snapshot_after
+                .get()
+                .is_none_or(|t| Instant::now() >= t);
+            if due && self.writing() && self.store.borrow().wants_snapshot() {
                 self.snapshot().await;
             }
         }
+    }
+
+    fn writing(&self) -> bool {
+        matches!(*self.disk.borrow(), Disk::Writing)
     }
 
     /// Writes the pending batch. Replies wait at least for the write (so a process crash loses
@@ -338,41 +448,183 @@ impl ShardCtx {
     /// on the background thread while the shard keeps serving. Without a sync, the write only
     /// copies to the page cache and is done in place.
     async fn flush_once(&self) {
-        let (batch, file, policy) = {
-            let mut store = self.store.borrow_mut();
-            (store.take(), store.file(), store.policy)
-        };
-        let sync = policy == Fsync::Always;
-        let len = batch.bytes.len() as u64;
-        let bytes = batch.bytes;
-        let res = if sync {
-            self.background
-                .run(move || persist::write_batch(&file, &bytes, true))
-                .await
-        } else {
-            Ok(persist::write_batch(&file, &bytes, false))
-        };
-        fatal_if_failed(res, "write the log");
+        let (batch, file, sync) = self.take_batch();
+        match self.write(file, batch.bytes.clone(), sync).await {
+            Ok(()) => self.written(&batch, sync),
+            Err(WriteError::Full(e)) => self.roll_back(e).await,
+            Err(WriteError::Failed(e)) => self.fail("write the log", &e),
+        }
+    }
+
+    /// The pending batch, the log file, and whether the policy syncs each batch.
+    fn take_batch(&self) -> (Batch, Arc<File>, bool) {
         let mut store = self.store.borrow_mut();
-        store.stats.log_bytes += len;
-        if sync {
+        (store.take(), store.file(), store.policy == Fsync::Always)
+    }
+
+    /// Writes `bytes` to the log, synced on the background thread when `sync`.
+    async fn write(&self, file: Arc<File>, bytes: Bytes, sync: bool) -> Result<(), WriteError> {
+        if !sync {
+            return persist::write_batch(&file, &bytes, false);
+        }
+        self.background
+            .run(move || persist::write_batch(&file, &bytes, true))
+            .await
+            .unwrap_or_else(|gone| Err(WriteError::Failed(std::io::Error::other(gone.to_string()))))
+    }
+
+    /// `batch` is in the log.
+    fn written(&self, batch: &Batch, synced: bool) {
+        let mut store = self.store.borrow_mut();
+        store.written(batch.lsn, batch.bytes.len() as u64);
+        if synced {
             store.stats.fsyncs += 1;
-            store.stats.last_fsync_at = wall_nanos();
+            store.stats.last_fsync_at = self.global.wall_nanos();
         }
         self.global.mark_durable(self.id, batch.lsn);
     }
 
+    /// A write found the data directory full: refuses changes from now on, cuts the failed
+    /// batch off the log, rebuilds the shard from its files (the engine is deterministic and
+    /// the log holds results, so that is the state without the changes not written), and has
+    /// the replies that may show those changes answered with the error. Acquires parked before
+    /// stay parked; those that parked since get the error too.
+    async fn roll_back(&self, e: std::io::Error) {
+        let refusal = refusal(&self.global, &e);
+        tracing::warn!(shard = self.id, error = %e, "the data directory is full: rolling back the changes not written, refusing changes until there is room");
+        *self.disk.borrow_mut() = Disk::RollingBack(refusal.clone());
+        self.engine.borrow_mut().hold_grants();
+        let (file, len, (gdir, shard)) = {
+            let store = self.store.borrow();
+            (store.file(), store.stats.log_bytes, store.files())
+        };
+        let saved = self
+            .background
+            .run(move || {
+                persist::truncate_log(&file, len)
+                    .map_err(|e| format!("cut the log back to {len} bytes: {e}"))?;
+                persist::load_saved(&gdir, shard)
+            })
+            .await;
+        let (namespaces, hwm) = match saved {
+            Ok(Ok(state)) => state,
+            Ok(Err(why)) => return self.fail("roll back to the saved state", &why),
+            Err(gone) => return self.fail("roll back to the saved state", &gone),
+        };
+        let (after, upto) = {
+            let mut store = self.store.borrow_mut();
+            store.drop_pending();
+            store.stats.write_failing = true;
+            store.stats.last_write_errno = e.raw_os_error().unwrap_or(0);
+            (store.saved_lsn(), store.last_lsn())
+        };
+        let dropped = {
+            let parked = self.parked.borrow();
+            let keep = |id| parked.get(&id).is_some_and(|p| p.lsn <= after);
+            self.engine.borrow_mut().roll_back(namespaces, hwm, keep)
+        };
+        {
+            let mut parked = self.parked.borrow_mut();
+            for id in dropped {
+                if let Some(p) = parked.remove(&id) {
+                    let value = Reply::Error(refusal.clone());
+                    let _ = p.tx.send(Durable { value, lsn: after });
+                }
+            }
+        }
+        self.global.roll_back(self.id, after, upto, refusal.clone());
+        *self.disk.borrow_mut() = Disk::Full(refusal);
+        self.settle();
+    }
+
+    /// With a full disk: once the log has room again (it is reserved for it), writes what
+    /// waits (expiries) and takes changes again, serving the queues that grants were held
+    /// from.
+    async fn try_resume(&self) {
+        let (file, beside) = {
+            let store = self.store.borrow();
+            let (gdir, shard) = store.files();
+            (store.file(), gdir.join(format!("shard-{shard}.room")))
+        };
+        let room = self
+            .background
+            .run(move || persist::reserve(&file, &beside, ROOM))
+            .await;
+        match room {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if persist::is_full(&e) => return,
+            Ok(Err(e)) => return self.fail("reserve room for the log", &e),
+            Err(gone) => return self.fail("reserve room for the log", &gone),
+        }
+        if self.store.borrow().has_pending() {
+            let (batch, file, sync) = self.take_batch();
+            match self.write(file.clone(), batch.bytes.clone(), sync).await {
+                Ok(()) => self.written(&batch, sync),
+                Err(WriteError::Full(_)) => {
+                    // Still no room for all of it: cut it off again and keep it for later.
+                    let len = self.store.borrow().stats.log_bytes;
+                    let cut = self
+                        .background
+                        .run(move || persist::truncate_log(&file, len))
+                        .await;
+                    match cut {
+                        Ok(Ok(())) => return self.store.borrow_mut().untake(batch),
+                        Ok(Err(e)) => return self.fail("cut the log back", &e),
+                        Err(gone) => return self.fail("cut the log back", &gone),
+                    }
+                }
+                Err(WriteError::Failed(e)) => return self.fail("write the log", &e),
+            }
+        }
+        *self.disk.borrow_mut() = Disk::Writing;
+        self.store.borrow_mut().stats.write_failing = false;
+        tracing::info!(
+            shard = self.id,
+            "the data directory has room again: changes are taken again"
+        );
+        let now = self.now();
+        self.engine.borrow_mut().resume_grants(now);
+        self.settle();
+    }
+
+    /// A write or sync failed otherwise than for lack of room: the file's state is unknown, so
+    /// the server stops (SPEC §8) after answering every reply that waits for a change not
+    /// written with an error, and the next start recovers from what is on disk.
+    fn fail(&self, what: &str, e: &dyn Display) {
+        tracing::error!(shard = self.id, error = %e, "could not {what}; stopping so that no unsaved change is acknowledged");
+        let error = Error::Err(format!(
+            "permitd could not {what} in {}: {e}; it is stopping, and whether this change was \
+             saved is known once it has restarted",
+            self.global.config.dir.display()
+        ));
+        let after = {
+            let mut store = self.store.borrow_mut();
+            store.drop_pending();
+            store.stats.write_failing = true;
+            store.saved_lsn()
+        };
+        self.global
+            .roll_back(self.id, after, u64::MAX, error.clone());
+        *self.disk.borrow_mut() = Disk::Failed(error);
+        self.global.stop_failed();
+    }
+
     /// Replaces the log by a snapshot of the shard's state. The shard pauses only while its
-    /// state is serialized; writing and syncing happen on the background thread.
+    /// state is serialized; writing and syncing happen on the background thread. A snapshot
+    /// that has no room leaves the previous one and the log in place, and is tried again after
+    /// [`SNAPSHOT_RETRY`].
     async fn snapshot(&self) {
         let started = Instant::now();
         self.settle();
-        let lsn = self.last_lsn();
-        let (path, file) = {
+        let (lsn, batch, path, file) = {
             let mut store = self.store.borrow_mut();
             // Everything pending is inside the snapshot.
-            let _ = store.take();
-            (store.snapshot_path(), store.file())
+            (
+                store.last_lsn(),
+                store.take(),
+                store.snapshot_path(),
+                store.file(),
+            )
         };
         let (tx, rx) = persist::snapshot_channel();
         let writer = self
@@ -391,13 +643,28 @@ impl ShardCtx {
         }
         drop(tx);
         let pause = started.elapsed();
-        fatal_if_failed(writer.await, "write a snapshot");
+        match writer.await {
+            Ok(Ok(())) => {}
+            Ok(Err(WriteError::Full(e))) => {
+                tracing::warn!(shard = self.id, error = %e, "no room for a snapshot: the previous one stays, with the log; trying again later");
+                let mut store = self.store.borrow_mut();
+                store.untake(batch);
+                store.stats.snapshot_failing = true;
+                self.snapshot_after
+                    .set(Some(Instant::now() + SNAPSHOT_RETRY));
+                self.flush_wake.notify_one();
+                return;
+            }
+            Ok(Err(WriteError::Failed(e))) => return self.fail("write a snapshot", &e),
+            Err(gone) => return self.fail("write a snapshot", &gone),
+        }
         let mut store = self.store.borrow_mut();
-        store.stats.log_bytes = 0;
+        store.snapshot_installed(lsn);
         store.stats.snapshots += 1;
+        store.stats.snapshot_failing = false;
         store.stats.last_snapshot_us = started.elapsed().as_micros() as u64;
         store.stats.last_snapshot_pause_us = pause.as_micros() as u64;
-        store.stats.last_fsync_at = wall_nanos();
+        store.stats.last_fsync_at = self.global.wall_nanos();
         self.global.mark_durable(self.id, lsn);
         tracing::info!(
             shard = self.id,
@@ -413,18 +680,28 @@ impl ShardCtx {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
+            if matches!(*self.disk.borrow(), Disk::Failed(_)) {
+                return;
+            }
             let file = self.store.borrow().file();
-            let res = self.background.run(move || file.sync_data()).await;
-            fatal_if_failed(res, "sync the log");
+            match self.background.run(move || file.sync_data()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return self.fail("sync the log", &e),
+                Err(gone) => return self.fail("sync the log", &gone),
+            }
             let mut store = self.store.borrow_mut();
             store.stats.fsyncs += 1;
-            store.stats.last_fsync_at = wall_nanos();
+            store.stats.last_fsync_at = self.global.wall_nanos();
         }
     }
 
-    /// Writes and syncs whatever is pending (at shutdown).
+    /// Writes and syncs whatever is pending (at shutdown). Nothing while changes are refused:
+    /// what waits then is rolled back, or failed, or expiries that the next start makes again.
     pub fn final_flush(&self) {
         self.settle();
+        if !self.writing() {
+            return;
+        }
         let mut store = self.store.borrow_mut();
         let batch = store.take();
         if let Err(e) = persist::write_batch(&store.file(), &batch.bytes, true) {
@@ -433,13 +710,12 @@ impl ShardCtx {
     }
 }
 
-/// A failed log write cannot be acknowledged: stop rather than answer as if it had succeeded.
-fn fatal_if_failed(res: Result<std::io::Result<()>, Gone>, what: &str) {
-    let err = match res {
-        Ok(Ok(())) => return,
-        Ok(Err(e)) => e.to_string(),
-        Err(e) => e.to_string(),
-    };
-    tracing::error!(error = %err, "could not {what}; stopping so that no unsaved change is acknowledged");
-    std::process::exit(1);
+/// The `MISCONF` error of changes refused because the data directory is full (Redis's code;
+/// the sentence names the directory and the OS error, as Redis's AOF error names its error).
+fn refusal(g: &Global, e: &std::io::Error) -> Error {
+    Error::Misconf(format!(
+        "permitd cannot write to its data directory {}: {e}; changes are refused until there is \
+         room",
+        g.config.dir.display()
+    ))
 }

@@ -51,7 +51,8 @@ impl Server {
     }
 
     /// Starts a server with extra command-line options after the harness's own
-    /// (`--bind 127.0.0.1 --port P --dir D --shards 2`; pass `--shards N` to override the count).
+    /// (`--bind 127.0.0.1 --port P --dir D --shards 2`; pass `--bind` or `--shards` to override
+    /// those).
     pub fn start_with(args: &[&str]) -> Server {
         let root = unique_temp_dir();
         let dir = root.join("data");
@@ -112,6 +113,45 @@ impl Server {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
         }
+    }
+
+    /// Runs the server with `args` and expects it to refuse to start: returns its exit status
+    /// and what it wrote to stderr. Panics if it is still running after [`START_TIMEOUT`].
+    pub fn refused(args: &[&str]) -> (std::process::ExitStatus, String) {
+        let root = unique_temp_dir();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_permitd"))
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &free_port().to_string(),
+                "--dir",
+            ])
+            .arg(root.join("data"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn permitd");
+        let deadline = Instant::now() + START_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for permitd") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("permitd started with {args:?}, where it should have refused");
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        let _ = child
+            .stderr
+            .take()
+            .map(|mut e| e.read_to_string(&mut stderr));
+        let _ = fs::remove_dir_all(&root);
+        (status, stderr)
     }
 
     /// Waits up to `timeout` for the server to exit by itself, and returns how it exited
@@ -256,9 +296,10 @@ impl Server {
             .open(&self.log)
             .map_err(|e| format!("open log: {e}"))?;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_permitd"));
-        cmd.arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--port")
+        if !self.extra.iter().any(|a| a == "--bind") {
+            cmd.arg("--bind").arg("127.0.0.1");
+        }
+        cmd.arg("--port")
             .arg(self.port.to_string())
             .arg("--dir")
             .arg(&self.dir);

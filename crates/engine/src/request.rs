@@ -229,6 +229,33 @@ impl EngineRequest {
         })
     }
 
+    /// Whether the request is one of the commands that change state (the command table's
+    /// `write` flag): refused as a whole, whatever it would do, while changes cannot be saved,
+    /// as Redis refuses every write command then (even a `DEL` of a missing key).
+    pub fn is_write(&self) -> bool {
+        use EngineRequest as R;
+        match self {
+            R::NsCreate(_)
+            | R::NsUpdate(_)
+            | R::NsDelete(_)
+            | R::SemCreate(_)
+            | R::SemUpdate(_)
+            | R::SemDelete(_)
+            | R::SemAcquire(_)
+            | R::SemRelease(_)
+            | R::LeaseCreate(_)
+            | R::LeaseRefresh(_)
+            | R::LeaseRevoke(_) => true,
+            R::NsGet(_)
+            | R::NsList(_)
+            | R::SemGet(_)
+            | R::SemList(_)
+            | R::SemHolders(_)
+            | R::LeaseGet(_)
+            | R::LeaseList(_) => false,
+        }
+    }
+
     /// Whether the request may park its client (an acquire with a timeout).
     pub fn may_block(&self) -> bool {
         matches!(self, EngineRequest::SemAcquire(r) if r.timeout > 0)

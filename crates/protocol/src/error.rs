@@ -33,6 +33,11 @@ pub enum Error {
     Unblocked(String),
     /// `NOPERM`: the user may not run this command or touch this namespace.
     NoPerm(String),
+    /// `OOM`: `--maxmemory` is reached and the command would add state.
+    Oom(String),
+    /// `MISCONF`: a change cannot be made durable now (the data directory is full); nothing
+    /// changed.
+    Misconf(String),
 }
 
 impl Error {
@@ -51,6 +56,8 @@ impl Error {
             Error::ExecAbort(_) => "EXECABORT",
             Error::Unblocked(_) => "UNBLOCKED",
             Error::NoPerm(_) => "NOPERM",
+            Error::Oom(_) => "OOM",
+            Error::Misconf(_) => "MISCONF",
         }
     }
 
@@ -68,7 +75,9 @@ impl Error {
             | Error::CrossSlot(m)
             | Error::ExecAbort(m)
             | Error::Unblocked(m)
-            | Error::NoPerm(m) => m,
+            | Error::NoPerm(m)
+            | Error::Oom(m) => m,
+            Error::Misconf(m) => m,
         }
     }
 

@@ -79,6 +79,9 @@ pub(super) struct Cx {
     pub(super) namespace_count: Arc<AtomicUsize>,
     /// Parked acquires on all shards sharing this counter (the server-wide quota).
     pub(super) waiter_count: Arc<AtomicUsize>,
+    /// Freed permits wait in their semaphore instead of going to its queue (see
+    /// [`Shard::hold_grants`]).
+    pub(super) grants_held: bool,
 }
 
 /// One shard: the namespaces that hash to it, with all their state.
@@ -126,6 +129,7 @@ impl Shard {
                 limits,
                 namespace_count,
                 waiter_count: Arc::new(AtomicUsize::new(0)),
+                grants_held: false,
             },
         }
     }
@@ -158,7 +162,7 @@ impl Shard {
     }
 
     /// Rebuilds the lease expiry heap from the live leases.
-    fn rebuild_lease_timers(&mut self) {
+    pub(super) fn rebuild_lease_timers(&mut self) {
         let live = self
             .namespaces
             .values()

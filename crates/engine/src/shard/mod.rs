@@ -6,11 +6,13 @@
 //!
 //! The files, each above the ones it uses: `base` (the data, the look-ups, what the caller
 //! drains), `queue` (holds given, queues served), `time` (deadlines, cancellation), one file per
-//! command family (`namespaces`, `semaphores`, `acquire`, `leases`), and `execute`, which routes
-//! a request to its handler.
+//! command family (`namespaces`, `semaphores`, `acquire`, `leases`), `execute`, which routes
+//! a request to its handler, and `durability` (what a caller that cannot make changes durable
+//! asks of the shard: grants held, a roll-back to the durable state).
 
 mod acquire;
 mod base;
+mod durability;
 mod execute;
 mod leases;
 mod namespaces;

@@ -83,8 +83,11 @@ pub(super) fn forget_waiter(cx: &mut Cx, lease: (u32, LeaseRef), w: WaiterId, de
 }
 
 /// Serves `sem`'s queue from its head while the head fits: strict FIFO, so a head that does not
-/// fit blocks those behind it.
+/// fit blocks those behind it. Nothing is served while grants are held.
 pub(super) fn serve(n: &mut Namespace, sem: &Name, now: Nanos, cx: &mut Cx) {
+    if cx.grants_held {
+        return;
+    }
     let Some(s) = n.semaphores.get_mut(sem) else {
         return;
     };
