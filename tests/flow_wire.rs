@@ -38,19 +38,6 @@ const WRITE_BOUND: Duration = Duration::from_secs(20);
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-/// A new raw connection and the shard thread that serves it (of 2), seen from `admin`.
-fn raw_with_home(server: &Server, admin: &mut redis::Connection) -> (RawConn, usize) {
-    let before = clients_per_shard(admin);
-    let raw = server.raw();
-    let mut after = before.clone();
-    assert!(wait_until(PROMPT, || {
-        after = clients_per_shard(admin);
-        after.iter().sum::<i64>() == before.iter().sum::<i64>() + 1
-    }));
-    let home = (0..2).find(|&s| after[s] == before[s] + 1).unwrap();
-    (raw, home)
-}
-
 /// Connected clients now.
 fn client_count(con: &mut redis::Connection) -> usize {
     text(&ok(con, &["CLIENT", "LIST"])).lines().count()

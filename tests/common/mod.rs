@@ -624,6 +624,19 @@ pub fn clients_per_shard(con: &mut redis::Connection) -> Vec<i64> {
         .collect()
 }
 
+/// A new raw connection and the shard thread that serves it (of 2), seen from `admin`.
+pub fn raw_with_home(server: &Server, admin: &mut redis::Connection) -> (RawConn, usize) {
+    let before = clients_per_shard(admin);
+    let raw = server.raw();
+    let mut after = before.clone();
+    assert!(wait_until(Duration::from_secs(10), || {
+        after = clients_per_shard(admin);
+        after.iter().sum::<i64>() == before.iter().sum::<i64>() + 1
+    }));
+    let home = (0..2).find(|&s| after[s] == before[s] + 1).unwrap();
+    (raw, home)
+}
+
 /// A namespace name that shard `shard` of 2 owns: `prefix` and the first number that makes one.
 pub fn namespace_on(shard: usize, prefix: &str) -> String {
     (0..)
