@@ -11,17 +11,19 @@
 //!   waiter that is gone;
 //! - NS.LIST and INFO on every shard at once, their parts merged;
 //! - the rest on the connection's session (surface.rs);
-//! - MULTI / EXEC / DISCARD through multi.rs, which decides what EXEC runs.
+//! - MULTI / EXEC / DISCARD through multi.rs, which decides what EXEC runs; EXEC runs it in
+//!   queue order, what reads or changes the transaction's shard inside one batch there.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::acl::User;
 use super::conn::{Conn, Service, Transport, OUT_FLUSH};
 use super::info;
 use super::memory;
-use super::msg::{Done, Durable, Ran, ShardMsg};
+use super::msg::{Done, Durable, NsPart, Ran, ShardInfo, ShardMsg, TxDone, TxItem};
 use super::multi::{self, Step, Transaction};
 use super::parking::Parking;
 use super::session::check_permissions;
@@ -31,7 +33,7 @@ use crate::command::{self, Cmd, Request, SessionRequest};
 use crate::engine::page::Page;
 use crate::engine::request::EngineRequest;
 use crate::engine::shard::{merge_ns_pages, ns_page_reply};
-use crate::engine::Cancel;
+use crate::engine::{Cancel, WaiterId};
 use crate::error::Error;
 use crate::protocol::Reply;
 
@@ -207,7 +209,7 @@ impl Dispatch {
     /// to be answered.
     async fn other<S: Transport>(&mut self, conn: &mut Conn<S>, req: Request) -> Option<Reply> {
         Some(match req {
-            Request::Engine(EngineRequest::NsList(list)) => ns_list(conn, list.page).await,
+            Request::Engine(EngineRequest::NsList(list)) => ns_list(conn, list.page, None).await,
             // EXEC sends these to their shard as one batch; one run alone gets its reply here.
             Request::Engine(r) => {
                 let shard = r.namespace().map_or(conn.ctx.id, |ns| conn.g.shard_of(ns));
@@ -217,7 +219,7 @@ impl Dispatch {
                     Done::Parked(..) | Done::Killed => shutting_down(),
                 }
             }
-            Request::Info(sections) => info_reply(conn, &sections).await,
+            Request::Info(sections) => info_reply(conn, &sections, None).await,
             Request::ClientUnblock { id, error } => unblock(conn, id, error).await,
             // `command` runs these before anything is parsed or queued, so EXEC's queue never
             // holds one; were one to get here, the client gets Redis's answer to a nested one.
@@ -230,10 +232,7 @@ impl Dispatch {
                 return surface::run(&mut conn.session, &conn.g, SessionRequest::Reset);
             }
             Request::Session(req) => {
-                let kills = matches!(
-                    req,
-                    SessionRequest::ClientKill(_) | SessionRequest::AclDelUser(_)
-                );
+                let kills = kills(&req);
                 let reply = surface::run(&mut conn.session, &conn.g, req);
                 if kills {
                     end_killed_waiters(conn).await;
@@ -243,8 +242,11 @@ impl Dispatch {
         })
     }
 
-    /// EXEC: runs the plan multi.rs makes of the transaction; the engine commands go to their
-    /// shard as one batch, acquires without waiting.
+    /// EXEC: runs the plan multi.rs makes of the transaction, in queue order. The engine
+    /// commands run as one batch on their namespace's shard, acquires without waiting; the part
+    /// of an NS.LIST, INFO, CLIENT UNBLOCK or kill that reads or changes that shard runs inside
+    /// the batch at its place (msg.rs's `TxItem`). The other commands, and those parts on other
+    /// shards (which the transaction does not change), run before the batch, in order.
     async fn exec<S: Transport>(&mut self, conn: &mut Conn<S>) {
         self.flush_batch(conn).await;
         let tx = match multi::take(&mut self.multi, conn.session.client()) {
@@ -260,26 +262,136 @@ impl Dispatch {
             Ok(p) => p,
             Err(reply) => return conn.push(reply),
         };
-        let mut engine_done = match plan.shard {
-            Some(s) => on_shard(conn, s, plan.engine).await,
-            None => Vec::new(),
-        }
-        .into_iter();
-        let mut replies = Vec::with_capacity(plan.steps.len());
+        let home = plan.shard;
+        let mut items = Vec::new();
+        let mut answers = Vec::with_capacity(plan.steps.len());
         for step in plan.steps {
-            let reply = match step {
-                Step::Engine => match engine_done.next() {
-                    Some(Done::Reply(r)) => r,
-                    // No parker: nothing parks inside a transaction, nor is refused for a kill.
-                    Some(Done::Parked(..) | Done::Killed) | None => shutting_down(),
-                },
-                Step::Failed(e) => Reply::Error(e),
-                Step::Run(req) => self.other(conn, req).await.unwrap_or(Reply::OK),
+            let answer = match (step, home) {
+                (Step::Failed(e), _) => Answer::Now(Reply::Error(e)),
+                (Step::Engine(r), _) => Answer::Item(push(&mut items, TxItem::Engine(r))),
+                (Step::Run(Request::Engine(EngineRequest::NsList(list))), Some(_)) => {
+                    let item = TxItem::NsList(list.page.clone(), visible_to(conn));
+                    Answer::NsList(push(&mut items, item), list.page)
+                }
+                (Step::Run(Request::Info(sections)), Some(_)) => {
+                    Answer::Info(push(&mut items, TxItem::Info), sections)
+                }
+                (Step::Run(Request::ClientUnblock { id, error }), Some(h)) => {
+                    match parked(conn, id) {
+                        Some((shard, waiter)) if shard == h => {
+                            let item = TxItem::Cancel(waiter, unblock_why(error));
+                            Answer::Item(push(&mut items, item))
+                        }
+                        _ => Answer::Now(unblock(conn, id, error).await),
+                    }
+                }
+                (Step::Run(Request::Session(req)), Some(h)) if kills(&req) => {
+                    let reply = surface::run(&mut conn.session, &conn.g, req);
+                    for (shard, waiter) in conn.g.clients.killed_parked() {
+                        if shard == h {
+                            items.push(TxItem::Cancel(waiter, Cancel::Disconnected));
+                        } else {
+                            conn.cancel(shard, waiter, Cancel::Disconnected).await;
+                        }
+                    }
+                    Answer::Now(reply.unwrap_or(Reply::OK))
+                }
+                (Step::Run(req), _) => {
+                    Answer::Now(self.other(conn, req).await.unwrap_or(Reply::OK))
+                }
             };
-            replies.push(reply);
+            answers.push(answer);
         }
-        debug_assert!(engine_done.next().is_none());
+        let mut done: Vec<Option<TxDone>> = match home {
+            Some(h) if !items.is_empty() => txn(conn, h, items).await,
+            _ => Vec::new(),
+        }
+        .into_iter()
+        .map(Some)
+        .collect();
+        let mut take = |i: usize| done.get_mut(i).and_then(Option::take);
+        let mut replies = Vec::with_capacity(answers.len());
+        for answer in answers {
+            replies.push(match answer {
+                Answer::Now(r) => r,
+                Answer::Item(i) => match take(i) {
+                    Some(TxDone::Engine(Done::Reply(r))) => r,
+                    Some(TxDone::Cancel(ended)) => Reply::Int(i64::from(ended)),
+                    // No parker: nothing parks inside a transaction, nor is refused for a kill.
+                    _ => shutting_down(),
+                },
+                Answer::NsList(i, page) => match (take(i), home) {
+                    (Some(TxDone::NsList(part)), Some(h)) => {
+                        ns_list(conn, page, Some((h, part))).await
+                    }
+                    _ => shutting_down(),
+                },
+                Answer::Info(i, sections) => match (take(i), home) {
+                    (Some(TxDone::Info(part)), Some(h)) => {
+                        info_reply(conn, &sections, Some((h, part))).await
+                    }
+                    _ => shutting_down(),
+                },
+            });
+        }
         conn.push(Reply::Array(replies));
+    }
+}
+
+/// How EXEC answers one queued command.
+enum Answer {
+    /// Already answered.
+    Now(Reply),
+    /// By the result of the transaction's item at this index.
+    Item(usize),
+    /// By an NS.LIST page: this shard's part is the item at the index, the others' are asked.
+    NsList(usize, Page),
+    /// By INFO: this shard's figures are the item at the index, the others' are asked.
+    Info(usize, Vec<Bytes>),
+}
+
+/// Appends `item`; its index.
+fn push(items: &mut Vec<TxItem>, item: TxItem) -> usize {
+    items.push(item);
+    items.len() - 1
+}
+
+/// Whether a surface command kills clients (their parked acquires then end).
+fn kills(req: &SessionRequest) -> bool {
+    matches!(
+        req,
+        SessionRequest::ClientKill(_) | SessionRequest::AclDelUser(_)
+    )
+}
+
+/// Where client `id` has an acquire parked.
+fn parked<S: Transport>(conn: &Conn<S>, id: u64) -> Option<(usize, WaiterId)> {
+    conn.g.clients.get(id)?.parking().parked()
+}
+
+/// Only the namespaces the user may see; filtered on the shards so that pages stay full.
+fn visible_to<S: Transport>(conn: &Conn<S>) -> Option<Arc<User>> {
+    conn.session.user().cloned().filter(|u| !u.sees_all())
+}
+
+/// Runs a transaction's items on `shard`, inline when it is this thread's (none when the shard
+/// is gone, at shutdown).
+async fn txn<S: Transport>(conn: &mut Conn<S>, shard: usize, items: Vec<TxItem>) -> Vec<TxDone> {
+    if shard == conn.ctx.id {
+        let done = conn.ctx.exec_txn(items);
+        conn.note(shard, conn.ctx.last_lsn());
+        return done;
+    }
+    match conn
+        .g
+        .ask(shard, |reply| ShardMsg::Txn { items, reply })
+        .await
+    {
+        Some(Durable { value, lsn }) => {
+            conn.note(shard, lsn);
+            value
+        }
+        None => Vec::new(),
     }
 }
 
@@ -299,21 +411,6 @@ async fn one<S: Transport>(
     let done = conn
         .ctx
         .exec(r, may_wait.then(|| conn.session.client().parking()));
-    conn.note(shard, conn.ctx.last_lsn());
-    done
-}
-
-/// Runs requests of `shard` in order, inline when it is this thread's (none when the shard is
-/// gone, at shutdown).
-async fn on_shard<S: Transport>(
-    conn: &mut Conn<S>,
-    shard: usize,
-    reqs: Vec<EngineRequest>,
-) -> Vec<Done> {
-    if shard != conn.ctx.id {
-        return remote(conn, shard, reqs, None).await;
-    }
-    let done = conn.ctx.exec_batch(reqs, None);
     conn.note(shard, conn.ctx.last_lsn());
     done
 }
@@ -340,10 +437,14 @@ async fn remote<S: Transport>(
     }
 }
 
-/// NS.LIST: every shard's part, merged in name order.
-async fn ns_list<S: Transport>(conn: &mut Conn<S>, page: Page) -> Reply {
-    // Only the namespaces the user may see; filtered on the shards so that pages stay full.
-    let visible_to = conn.session.user().cloned().filter(|u| !u.sees_all());
+/// NS.LIST: every shard's part, merged in name order; `known`, a shard's part already taken
+/// (inside a transaction, at its place).
+async fn ns_list<S: Transport>(
+    conn: &mut Conn<S>,
+    page: Page,
+    known: Option<(usize, NsPart)>,
+) -> Reply {
+    let visible_to = visible_to(conn);
     let answers = conn
         .g
         .ask_all(|reply| ShardMsg::NsList {
@@ -352,19 +453,34 @@ async fn ns_list<S: Transport>(conn: &mut Conn<S>, page: Page) -> Reply {
             reply,
         })
         .await;
+    let mut known = known;
     let mut parts = Vec::with_capacity(answers.len());
     for (shard, Durable { value, lsn }) in answers {
         // The page may show changes of that shard that are not durable yet.
         conn.note(shard, lsn);
-        parts.push(value);
+        match known.take_if(|(s, _)| *s == shard) {
+            Some((_, part)) => parts.push(part),
+            None => parts.push(value),
+        }
     }
     ns_page_reply(merge_ns_pages(parts, &page))
 }
 
-/// INFO: every shard's figures, added up.
-async fn info_reply<S: Transport>(conn: &Conn<S>, sections: &[Bytes]) -> Reply {
+/// INFO: every shard's figures, added up; `known`, a shard's figures already taken (inside a
+/// transaction, at its place).
+async fn info_reply<S: Transport>(
+    conn: &Conn<S>,
+    sections: &[Bytes],
+    known: Option<(usize, ShardInfo)>,
+) -> Reply {
     let answers = conn.g.ask_all(|reply| ShardMsg::Info { reply }).await;
-    let parts: Vec<_> = answers.into_iter().map(|(_, p)| p).collect();
+    let parts: Vec<_> = answers
+        .into_iter()
+        .map(|(shard, p)| match known {
+            Some((s, part)) if s == shard => part,
+            _ => p,
+        })
+        .collect();
     let totals = info::sum(&parts);
     Reply::Verbatim(info::info_text(&conn.g, sections, totals).into())
 }
@@ -382,16 +498,20 @@ async fn end_killed_waiters<S: Transport>(conn: &Conn<S>) {
 /// UNBLOCKED error) and answers 1 only when this ended it: the waiter was still parked, not
 /// granted or timed out first. Its reply then reaches the client as any parked reply does.
 async fn unblock<S: Transport>(conn: &Conn<S>, id: u64, error: bool) -> Reply {
-    let why = if error {
-        Cancel::UnblockError
-    } else {
-        Cancel::UnblockTimeout
-    };
-    let ended = match conn.g.clients.get(id).and_then(|c| c.parking().parked()) {
-        Some((shard, waiter)) => conn.cancel(shard, waiter, why).await,
+    let ended = match parked(conn, id) {
+        Some((shard, waiter)) => conn.cancel(shard, waiter, unblock_why(error)).await,
         None => false,
     };
     Reply::Int(i64::from(ended))
+}
+
+/// How CLIENT UNBLOCK ends an acquire: as a time-out, or with the UNBLOCKED error.
+fn unblock_why(error: bool) -> Cancel {
+    if error {
+        Cancel::UnblockError
+    } else {
+        Cancel::UnblockTimeout
+    }
 }
 
 fn shutting_down() -> Reply {

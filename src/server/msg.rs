@@ -17,6 +17,9 @@ use crate::engine::{Cancel, Counts, Stats, WaiterId};
 use crate::persist::PersistStats;
 use crate::protocol::{Proto, Reply};
 
+/// A shard's part of an NS.LIST page: its candidates, each with its reply.
+pub type NsPart = PageOf<Name, (Name, Reply)>;
+
 /// A shard thread's inbox message.
 #[derive(Debug)]
 pub enum ThreadMsg {
@@ -99,6 +102,13 @@ pub enum ShardMsg {
         /// What ran.
         reply: oneshot::Sender<Durable<Ran>>,
     },
+    /// Run a transaction's items in order, at one instant (see [`TxItem`]).
+    Txn {
+        /// Items, their requests all for namespaces of this shard.
+        items: Vec<TxItem>,
+        /// Results, one per item.
+        reply: oneshot::Sender<Durable<Vec<TxDone>>>,
+    },
     /// Take a parked acquire out of its queue.
     Cancel {
         /// The parked acquire.
@@ -115,13 +125,42 @@ pub enum ShardMsg {
         /// Only namespaces this user may access (`None`: all).
         visible_to: Option<Arc<User>>,
         /// This shard's candidates.
-        reply: oneshot::Sender<Durable<PageOf<Name, (Name, Reply)>>>,
+        reply: oneshot::Sender<Durable<NsPart>>,
     },
     /// Counters and sizes for INFO.
     Info {
         /// Where the figures go.
         reply: oneshot::Sender<ShardInfo>,
     },
+}
+
+/// One item of a transaction run on its namespace's shard. A transaction's NS.LIST, INFO,
+/// CLIENT UNBLOCK and kills see or change that shard's state, so their part there runs at its
+/// place in the queue, between the engine commands before and after it (SPEC §7: the queue runs
+/// in order, atomically). Other shards' parts run outside: the transaction changes none of them.
+#[derive(Debug)]
+pub enum TxItem {
+    /// An engine command; an acquire does not wait.
+    Engine(EngineRequest),
+    /// This shard's part of an NS.LIST page, for this user (`None`: all).
+    NsList(Page, Option<Arc<User>>),
+    /// This shard's INFO figures.
+    Info,
+    /// End a parked acquire (an unblock, or the kill of its client).
+    Cancel(WaiterId, Cancel),
+}
+
+/// The result of a [`TxItem`], of the same kind.
+#[derive(Debug)]
+pub enum TxDone {
+    /// Of an engine command.
+    Engine(Done),
+    /// This shard's NS.LIST part.
+    NsList(NsPart),
+    /// This shard's INFO figures.
+    Info(ShardInfo),
+    /// Whether the acquire was still parked.
+    Cancel(bool),
 }
 
 /// One shard's INFO figures.

@@ -22,11 +22,13 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{oneshot, Notify};
 
+use super::acl::User;
 use super::background::Background;
 use super::clock::{Clock, Reading};
 use super::global::Global;
-use super::msg::{Done, Durable, Ran, ShardInfo, ShardMsg};
+use super::msg::{Done, Durable, NsPart, Ran, ShardInfo, ShardMsg, TxDone, TxItem};
 use super::parking::Parking;
+use crate::engine::page::Page;
 use crate::engine::request::EngineRequest;
 use crate::engine::room::{shrink_map, FastMap};
 use crate::engine::types::{Name, Nanos};
@@ -265,15 +267,60 @@ impl ShardCtx {
         }
     }
 
+    /// Runs a transaction's items in order, at one instant, as [`exec_batch`](Self::exec_batch)
+    /// runs its requests (acquires do not wait).
+    pub fn exec_txn(&self, items: Vec<TxItem>) -> Vec<TxDone> {
+        let now = self.now();
+        let done = items
+            .into_iter()
+            .map(|item| match item {
+                TxItem::Engine(r) => TxDone::Engine(self.exec_at(now, r, None)),
+                TxItem::NsList(page, visible_to) => {
+                    TxDone::NsList(self.ns_list_part(now, &page, visible_to.as_deref()))
+                }
+                TxItem::Info => TxDone::Info(self.info_part(now)),
+                TxItem::Cancel(waiter, why) => TxDone::Cancel(self.cancel_at(now, waiter, why)),
+            })
+            .collect();
+        self.settle();
+        done
+    }
+
     /// Takes a parked acquire of this shard out of its queue.
     pub fn cancel(&self, waiter: WaiterId, why: Cancel) -> bool {
-        let now = self.now();
+        let was = self.cancel_at(self.now(), waiter, why);
+        self.settle();
+        was
+    }
+
+    /// Takes a parked acquire out of its queue at `now`; the caller settles.
+    fn cancel_at(&self, now: Nanos, waiter: WaiterId, why: Cancel) -> bool {
         let was = self.engine.borrow_mut().cancel(now, waiter, why);
         if why == Cancel::Disconnected {
             self.parked.borrow_mut().remove(&waiter);
         }
-        self.settle();
         was
+    }
+
+    /// This shard's part of an NS.LIST page at `now`, of the namespaces `visible_to` may access
+    /// (`None`: all); the caller settles.
+    fn ns_list_part(&self, now: Nanos, page: &Page, visible_to: Option<&User>) -> NsPart {
+        let mut engine = self.engine.borrow_mut();
+        engine.advance(now);
+        let visible = |ns: &Name| visible_to.is_none_or(|u| u.can_access(ns.bytes()));
+        engine.ns_list_part_where(page, visible)
+    }
+
+    /// This shard's INFO figures at `now`; the caller settles.
+    fn info_part(&self, now: Nanos) -> ShardInfo {
+        let mut engine = self.engine.borrow_mut();
+        engine.advance(now);
+        ShardInfo {
+            counts: engine.counts(),
+            stats: engine.stats(),
+            persist: self.store.borrow().stats,
+            commands: self.commands.get(),
+        }
     }
 
     /// LSN of the last change this shard made that a crash could take back: a reply written
@@ -369,33 +416,23 @@ impl ShardCtx {
             ShardMsg::Cancel { waiter, why, reply } => {
                 let _ = reply.send(self.cancel(waiter, why));
             }
+            ShardMsg::Txn { items, reply } => {
+                let done = self.exec_txn(items);
+                let lsn = self.last_lsn();
+                let _ = reply.send(Durable { value: done, lsn });
+            }
             ShardMsg::NsList {
                 page,
                 visible_to,
                 reply,
             } => {
-                let now = self.now();
-                let mut engine = self.engine.borrow_mut();
-                engine.advance(now);
-                let visible =
-                    |ns: &Name| visible_to.as_ref().is_none_or(|u| u.can_access(ns.bytes()));
-                let part = engine.ns_list_part_where(&page, visible);
+                let part = self.ns_list_part(self.now(), &page, visible_to.as_deref());
                 let lsn = self.last_lsn();
                 let _ = reply.send(Durable { value: part, lsn });
-                drop(engine);
                 self.settle();
             }
             ShardMsg::Info { reply } => {
-                let now = self.now();
-                let mut engine = self.engine.borrow_mut();
-                engine.advance(now);
-                let _ = reply.send(ShardInfo {
-                    counts: engine.counts(),
-                    stats: engine.stats(),
-                    persist: self.store.borrow().stats,
-                    commands: self.commands.get(),
-                });
-                drop(engine);
+                let _ = reply.send(self.info_part(self.now()));
                 self.settle();
             }
         }
