@@ -25,9 +25,11 @@ struct Mark {
 }
 
 /// A list whose first `N` items are kept inline: the few notes and marks of a usual write need
-/// no allocation, and a cleared list holds no room. A connection that outlives a burst of load
-/// must not keep blocks made during it (docs/design.md, "Memory after a burst"); allocating
-/// these lists afresh for each write made the soak's RSS after the load 2-4% higher.
+/// no allocation, and a cleared list holds no room. Allocating them for each write (or keeping
+/// their room) left `scripts/soak`'s RSS after its load above its bound in most runs
+/// (docs/design.md, "Memory after a burst"): the blocks that outlive a burst, the engine's,
+/// land among more pages that the burst's traffic filled, and keep them resident. `N` stays
+/// small: each connection's task carries the lists, and a larger one raised the soak's peak.
 #[derive(Debug)]
 struct Few<T, const N: usize> {
     head: [T; N],
@@ -74,22 +76,61 @@ struct Of {
     last: u64,
 }
 
+/// Shards whose state a gate keeps inline; more go to a vector.
+const INLINE_SHARDS: usize = 2;
+
+/// A gate's state of each shard, the first [`INLINE_SHARDS`] inline, for the same reason as
+/// [`Few`]: a burst of 10,000 connections made a block each for it otherwise.
+#[derive(Debug)]
+struct PerShard {
+    head: [Of; INLINE_SHARDS],
+    rest: Vec<Of>,
+}
+
+impl PerShard {
+    fn new(shards: usize) -> PerShard {
+        PerShard {
+            head: Default::default(),
+            rest: vec![Of::default(); shards.saturating_sub(INLINE_SHARDS)],
+        }
+    }
+
+    fn get(&self, shard: usize) -> &Of {
+        match self.head.get(shard) {
+            Some(of) => of,
+            None => &self.rest[shard - INLINE_SHARDS],
+        }
+    }
+
+    fn get_mut(&mut self, shard: usize) -> &mut Of {
+        match self.head.get_mut(shard) {
+            Some(of) => of,
+            None => &mut self.rest[shard - INLINE_SHARDS],
+        }
+    }
+
+    /// Every shard's state with its index (the inline ones beyond the shard count stay idle:
+    /// nothing is noted for them).
+    fn iter_mut(&mut self) -> impl Iterator<Item = (usize, &mut Of)> {
+        self.head.iter_mut().chain(&mut self.rest).enumerate()
+    }
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct Gate {
-    /// Per shard (one allocation: a connection makes it at once, and there may be 10,000).
-    shards: Vec<Of>,
+    shards: PerShard,
     /// Notes that no buffered reply took yet.
-    notes: Few<(usize, u64), 4>,
+    notes: Few<(usize, u64), 2>,
     /// The buffered replies that may show changes not known to be saved.
-    marks: Few<Mark, 8>,
+    marks: Few<Mark, 4>,
 }
 
 impl Gate {
     /// A gate for a server of `shards` shards.
     pub fn new(shards: usize) -> Gate {
         Gate {
-            shards: vec![Of::default(); shards],
+            shards: PerShard::new(shards),
             notes: Few::new(),
             marks: Few::new(),
         }
@@ -97,7 +138,7 @@ impl Gate {
 
     /// The next reply buffered may show changes of `shard` up to `lsn`.
     pub fn note(&mut self, shard: usize, lsn: u64) {
-        let of = &mut self.shards[shard];
+        let of = self.shards.get_mut(shard);
         of.last = lsn;
         if of.known.has(lsn) {
             return;
@@ -120,7 +161,7 @@ impl Gate {
         }
         self.notes.clear();
         if let Some(s) = shard {
-            let of = &self.shards[s];
+            let of = self.shards.get(s);
             if !of.known.has(of.last) {
                 self.marks.push(mark((s, of.last)));
             }
@@ -131,7 +172,7 @@ impl Gate {
     /// then turns each reply that may show a rolled-back change into that change's error,
     /// encoded in `proto`.
     pub async fn settle(&mut self, g: &Global, out: &mut BytesMut, proto: Proto) {
-        for (shard, of) in self.shards.iter_mut().enumerate() {
+        for (shard, of) in self.shards.iter_mut() {
             if of.need > 0 {
                 of.known = g.wait_durable(shard, of.need).await;
                 of.need = 0;
@@ -142,7 +183,7 @@ impl Gate {
         let failed: Vec<(usize, usize, &Error)> = self
             .marks
             .iter()
-            .filter_map(|m| Some((m.start, m.end, shards[m.shard].known.lost(m.lsn)?)))
+            .filter_map(|m| Some((m.start, m.end, shards.get(m.shard).known.lost(m.lsn)?)))
             .collect();
         if failed.is_empty() {
             self.marks.clear();
@@ -179,5 +220,29 @@ mod tests {
         let spans: Vec<(usize, usize)> = gate.marks.iter().map(|m| (m.start, m.end)).collect();
         assert_eq!(spans, vec![(0, 5), (0, 5), (5, 9)]);
         assert!(gate.marks.iter().all(|m| m.shard == 1 && m.lsn == 7));
+    }
+
+    #[test]
+    fn a_few_spills_past_its_inline_room_and_clears_all() {
+        let mut few: Few<u64, 2> = Few::new();
+        for i in 1..=5 {
+            few.push(i);
+        }
+        assert_eq!(few.iter().copied().collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+        few.clear();
+        assert_eq!(few.iter().count(), 0);
+        assert_eq!(few.rest.capacity(), 0);
+        few.push(9);
+        assert_eq!(few.iter().copied().collect::<Vec<_>>(), vec![9]);
+    }
+
+    #[test]
+    fn per_shard_state_beyond_the_inline_ones() {
+        let mut shards = PerShard::new(INLINE_SHARDS + 2);
+        shards.get_mut(INLINE_SHARDS + 1).need = 7;
+        assert_eq!(shards.get(INLINE_SHARDS + 1).need, 7);
+        let needs: Vec<(usize, u64)> = shards.iter_mut().map(|(i, of)| (i, of.need)).collect();
+        assert_eq!(needs.len(), INLINE_SHARDS + 2);
+        assert_eq!(needs[INLINE_SHARDS + 1], (INLINE_SHARDS + 1, 7));
     }
 }
