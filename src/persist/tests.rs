@@ -532,3 +532,23 @@ fn the_changes_refused_on_a_full_disk_are_the_write_commands_of_the_table() {
         .collect();
     assert_eq!(names, engine);
 }
+
+#[test]
+fn room_is_reserved_past_the_log_or_probed_with_a_file_that_goes_away() {
+    let dir = std::env::temp_dir().join(format!("permitd-room-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("shard-0.log"))
+        .unwrap();
+    let beside = dir.join("shard-0.room");
+    reserve(&log, &beside, 1 << 20).unwrap();
+    // The room is kept past the end: the log's size is what was written.
+    assert_eq!(log.metadata().unwrap().len(), 0);
+    // Where fallocate is missing, a file of that size is written and removed.
+    probe_room(&beside, 1 << 20).unwrap();
+    assert!(!beside.exists());
+    let _ = fs::remove_dir_all(&dir);
+}
