@@ -77,6 +77,12 @@ pub struct Config {
     #[arg(long, env = "PERMITD_MAXCLIENTS", default_value_t = 10_000)]
     pub maxclients: usize,
 
+    /// Memory the server may use (resident set) before commands that would add state answer
+    /// `-OOM` (reads, releases, revokes and deletes go on), in bytes or with Redis's units
+    /// (`100mb`, `2gb`); 0 (the default, as Redis): no limit.
+    #[arg(long, env = "PERMITD_MAXMEMORY", default_value = "0", value_parser = memory_size)]
+    pub maxmemory: u64,
+
     /// Close a client idle (no command, not parked) for this many seconds; 0 never does.
     #[arg(long, env = "PERMITD_TIMEOUT", default_value_t = 0)]
     pub timeout: u64,
@@ -86,10 +92,16 @@ pub struct Config {
     pub tcp_keepalive: u64,
 
     /// Disconnect a client whose replies could not be written for this many seconds (it stopped
-    /// reading); 0 never does. permitd stops reading a client while its replies are unwritten,
-    /// so such a client costs a bounded amount of memory meanwhile.
+    /// reading); 0 never does.
     #[arg(long, env = "PERMITD_CLIENT_OUTPUT_TIMEOUT", default_value_t = 60)]
     pub client_output_timeout: u64,
+
+    /// Most bytes of replies buffered for one client before it is disconnected (Redis's
+    /// `client-output-buffer-limit` hard limit); 0 means none. permitd keeps reading a client
+    /// while its replies wait, so that a pipeline written before any reply is read completes;
+    /// this bounds what a client that reads slowly or never costs.
+    #[arg(long, env = "PERMITD_CLIENT_OUTPUT_BUFFER_LIMIT", default_value_t = 64 * 1024 * 1024)]
+    pub client_output_buffer_limit: usize,
 
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing directive).
     #[arg(long, env = "PERMITD_LOG_LEVEL", default_value = "info")]
@@ -132,15 +144,18 @@ pub struct Config {
     pub max_metadata_value_len: usize,
 
     /// Shortest lease ttl, seconds.
-    #[arg(long, env = "PERMITD_MIN_LEASE_TTL", default_value_t = 1)]
+    #[arg(long, env = "PERMITD_MIN_LEASE_TTL", default_value_t = 1,
+          value_parser = clap::value_parser!(i64).range(1..=LONGEST_SECS))]
     pub min_lease_ttl: i64,
 
-    /// Longest lease ttl, seconds.
-    #[arg(long, env = "PERMITD_MAX_LEASE_TTL", default_value_t = 300)]
+    /// Longest lease ttl, seconds (at most 100 years).
+    #[arg(long, env = "PERMITD_MAX_LEASE_TTL", default_value_t = 300,
+          value_parser = clap::value_parser!(i64).range(1..=LONGEST_SECS))]
     pub max_lease_ttl: i64,
 
-    /// Longest SEM.ACQUIRE timeout, seconds.
-    #[arg(long, env = "PERMITD_MAX_ACQUIRE_TIMEOUT", default_value_t = 300.0)]
+    /// Longest SEM.ACQUIRE timeout, seconds (at most 100 years).
+    #[arg(long, env = "PERMITD_MAX_ACQUIRE_TIMEOUT", default_value_t = 300.0,
+          value_parser = seconds)]
     pub max_acquire_timeout: f64,
 
     /// Most namespaces on the server.
@@ -220,6 +235,45 @@ impl Protected {
     }
 }
 
+/// The longest lease ttl or acquire timeout an option may allow: 100 years. A lease's death
+/// time is `now + ttl` in nanoseconds since 1970, which must fit an i64 (292 years); past about
+/// 9.2e9 s, `ttl * 1e9` alone overflowed, and a lease was acknowledged with a negative
+/// `expires_at`, dead at once.
+const LONGEST_SECS: i64 = 100 * 365 * 24 * 3600;
+
+/// Parses a duration option in seconds, fractions allowed, from 0 to [`LONGEST_SECS`].
+fn seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !(0.0..=LONGEST_SECS as f64).contains(&v) {
+        return Err(format!("{s} is not in 0..={LONGEST_SECS} seconds"));
+    }
+    Ok(v)
+}
+
+/// Parses a memory size as Redis reads one (`memtoll`): a number of bytes, or with a unit: `k`,
+/// `m`, `g` for powers of 1000 and `kb`, `mb`, `gb` for powers of 1024, any case.
+fn memory_size(s: &str) -> Result<u64, String> {
+    let lower = s.to_ascii_lowercase();
+    let digits = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit: u64 = match &lower[digits.len()..] {
+        "" | "b" => 1,
+        "k" => 1_000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        other => return Err(format!("unknown unit '{other}' (b, k, kb, m, mb, g, gb)")),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{s}' is not a memory size"))?;
+    n.checked_mul(unit)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
 /// Parses Redis's `yes` / `no` (also true/false).
 fn yes_no(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -284,6 +338,7 @@ impl Config {
             ("snapshot-threshold", self.snapshot_threshold.to_string()),
             ("requirepass", self.requirepass.clone().unwrap_or_default()),
             ("maxclients", self.maxclients.to_string()),
+            ("maxmemory", self.maxmemory.to_string()),
             (
                 "aclfile",
                 self.aclfile
@@ -301,6 +356,10 @@ impl Config {
             (
                 "client-output-timeout",
                 self.client_output_timeout.to_string(),
+            ),
+            (
+                "client-output-buffer-limit",
+                self.client_output_buffer_limit.to_string(),
             ),
             ("log-level", self.log_level.clone()),
             ("proto-max-bulk-len", self.proto_max_bulk_len.to_string()),

@@ -80,19 +80,6 @@ fn info_int(con: &mut redis::Connection, name: &str) -> i64 {
         .unwrap_or_else(|_| panic!("INFO {name} is not an integer:\n{info}"))
 }
 
-/// Waits until INFO shows exactly `n` parked waiters and `n` blocked clients.
-fn wait_parked(con: &mut redis::Connection, n: i64) {
-    let mut last = (0, 0);
-    let seen = wait_until(PROMPT, || {
-        last = (info_int(con, "waiters"), info_int(con, "blocked_clients"));
-        last == (n, n)
-    });
-    assert!(
-        seen,
-        "expected waiters:{n} and blocked_clients:{n} in INFO, last seen (waiters, blocked) = {last:?}"
-    );
-}
-
 /// The result of an acquire run on its own connection, and how long it took.
 type Parked = thread::JoinHandle<(redis::RedisResult<Value>, Duration)>;
 
@@ -951,28 +938,6 @@ fn state_stays_exact_across_bursts_of_connections() {
     parked.join().unwrap();
 }
 
-/// Clients per shard thread, from INFO's `clients_per_shard`.
-fn clients_per_shard(con: &mut redis::Connection) -> Vec<i64> {
-    let info = text(&ok(con, &["INFO", "clients"]));
-    info.lines()
-        .find_map(|l| l.trim_end().strip_prefix("clients_per_shard:"))
-        .unwrap_or_else(|| panic!("INFO has no clients_per_shard line:\n{info}"))
-        .split(',')
-        .map(|n| n.parse().unwrap())
-        .collect()
-}
-
-/// A namespace name that shard `shard` of 2 owns.
-fn namespace_on(shard: usize) -> String {
-    (0..)
-        .map(|i| format!("mv{i}"))
-        .find(|n| {
-            let name = permitd::engine::types::Name::new_unchecked(bytes::Bytes::from(n.clone()));
-            permitd::engine::route::shard_for(&name, 2) == shard
-        })
-        .unwrap()
-}
-
 #[test]
 fn a_connection_moves_to_the_shard_of_its_namespace_and_keeps_its_state() {
     let server = Server::start_with(&["--shards", "2"]);
@@ -982,7 +947,7 @@ fn a_connection_moves_to_the_shard_of_its_namespace_and_keeps_its_state() {
         .iter()
         .position(|&n| n == 1)
         .unwrap_or_else(|| panic!("one client: {start:?}"));
-    let (away, home_ns) = (namespace_on(1 - home), namespace_on(home));
+    let (away, home_ns) = (namespace_on(1 - home, "mv"), namespace_on(home, "mv"));
     // Its commands keep going to the other shard: it moves there.
     setup(&mut con, &away, "s", 1);
     ok(&mut con, &["CLIENT", "SETNAME", "mover"]);
@@ -1135,4 +1100,30 @@ fn every_fencing_token_of_a_run_is_below_2_pow_53() {
         seen.iter().all(|&t| (1..EXACT).contains(&t)),
         "every token in 1..2^53: {seen:?}"
     );
+}
+
+/// A positive timeout too small for a nanosecond still waits (1 ns) and times out, as Redis
+/// rounds the timeouts of blocking commands up: it once rounded to 0, "do not wait", and
+/// answered UNAVAILABLE.
+#[test]
+fn a_positive_timeout_below_a_nanosecond_waits_and_times_out() {
+    let s = Server::start();
+    let mut con = s.conn();
+    setup(&mut con, "tiny", "s", 1);
+    let holder = lease(&mut con, "tiny", "h", 60);
+    acquire_now(&mut con, "tiny", "s", &holder, 1);
+    let waiter = lease(&mut con, "tiny", "w", 60);
+    for timeout in ["1e-10", "0.0000000001", "4e-10"] {
+        let r = ok(
+            &mut con,
+            &["SEM.ACQUIRE", "tiny", "s", &waiter, "1", timeout],
+        );
+        assert_eq!(
+            text(&field(&r, "outcome")),
+            "ACQUIRE_OUTCOME_TIMED_OUT",
+            "timeout {timeout}: {r:?}"
+        );
+    }
+    let r = ok(&mut con, &["SEM.ACQUIRE", "tiny", "s", &waiter, "1", "0"]);
+    assert_eq!(text(&field(&r, "outcome")), "ACQUIRE_OUTCOME_UNAVAILABLE");
 }

@@ -277,6 +277,46 @@ fn a_full_disk_refuses_changes_keeps_reads_and_resumes_by_itself() {
     drop(disk);
 }
 
+/// A pipeline for the other shard thread whose first change cannot be written: the shard runs
+/// it a piece of about 64 KiB of replies at a time, and each reply of the changes rolled back
+/// (or refused after) comes back as the error, one for one, the replies behind them in step.
+#[test]
+fn a_batch_for_another_shard_rolled_back_answers_each_request_with_the_error() {
+    let (server, disk) = server_on_tmpfs();
+    let dir = server.dir().to_path_buf();
+    let mut con = server.conn();
+    let (mut raw, home) = raw_with_home(&server, &mut con);
+    let ns = namespace_on(1 - home, "far");
+    ok(&mut con, &["NS.CREATE", &ns]);
+    let filler = fill(&dir);
+    // The big record lacks room; the 500 leases behind it run with it before the write fails.
+    let update = big_update(&ns);
+    let mut bytes = encode(&update.iter().map(String::as_bytes).collect::<Vec<_>>());
+    for i in 0..500 {
+        let process = format!("p{i}");
+        bytes.extend(encode(&[
+            b"LEASE.CREATE",
+            ns.as_bytes(),
+            process.as_bytes(),
+            b"60",
+        ]));
+    }
+    bytes.extend(encode(&[b"PING"]));
+    raw.send(&bytes).unwrap();
+    for i in 0..501 {
+        match raw.read_reply().unwrap() {
+            Resp::Error(e) => assert_misconf(&e, &dir),
+            other => panic!("reply {i} is not the error: {other:?}"),
+        }
+    }
+    assert_eq!(raw.read_reply().unwrap(), Resp::Simple("PONG".into()));
+    fs::remove_file(&filler).unwrap();
+    until_written(&mut con, &["NS.CREATE", "after"]);
+    let leases = ok(&mut con, &["LEASE.LIST", &ns]);
+    assert!(items(&field(&leases, "leases")).is_empty(), "{leases:?}");
+    drop(disk);
+}
+
 #[test]
 fn a_server_starts_on_a_full_disk_serves_reads_and_resumes() {
     let (mut server, disk) = server_on_tmpfs();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use permitd::command::{parse_argv, Request};
+use permitd::engine::journal::Record;
 use permitd::engine::request::{EngineRequest, LeaseCreate};
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};
 use permitd::engine::{Cancel, Counts, Exec, Shard, WaiterId};
@@ -914,6 +915,61 @@ fn fencing_tokens_count_up_from_the_high_water_mark() {
 // ---------------------------------------------------------------------------------------------
 // Time: everything due at one instant happens at that instant
 // ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_forward_clock_step_shifts_every_death_and_deadline_and_expires_nothing() {
+    let mut e = Eng::new();
+    e.setup("ns", "s", 1);
+    let a = e.lease("ns", "a", 10);
+    let b = e.lease("ns", "b", 60);
+    e.got("s", &a, 1);
+    let w = e.waiting("s", &b, 1, "30");
+    e.at(T0 + 5 * S);
+    e.shard.take_journal();
+    // The wall clock jumps an hour ahead: the caller shifts before it runs anything there.
+    let hour = 3600 * S;
+    e.shard.shift_time(T0 + 5 * S + hour, hour);
+    assert_eq!(
+        e.shard.take_journal(),
+        vec![Record::TimeShift {
+            by: hour,
+            at: T0 + 5 * S + hour
+        }],
+        "one record for the whole shard"
+    );
+    e.at(T0 + 5 * S + hour);
+    assert!(e.outbox().is_empty(), "nothing expired or timed out");
+    assert_eq!(e.hold_list("ns", "s"), vec![(a.clone(), 1)]);
+    assert_eq!(
+        int(&e.ok(&["LEASE.GET", "ns", &a]), "expires_at"),
+        T0 + 10 * S + hour
+    );
+    // What was due 5 s after the step is due 5 s after it still: a dies, b is served.
+    e.at(T0 + 10 * S + hour - 1);
+    assert_eq!(e.hold_list("ns", "s"), vec![(a.clone(), 1)]);
+    e.at(T0 + 10 * S + hour);
+    let out = e.outbox();
+    assert_eq!(outcome(only_for(&out, w)), ACQUIRED);
+    assert_eq!(e.hold_list("ns", "s"), vec![(b.clone(), 1)]);
+    // A refresh after the step counts from the new now.
+    let r = e.ok(&["LEASE.REFRESH", "ns", &b, "20"]);
+    assert_eq!(int(&r, "expires_at"), T0 + 30 * S + hour);
+}
+
+#[test]
+fn a_shifted_waiter_times_out_at_its_shifted_deadline() {
+    let mut e = Eng::new();
+    e.setup("ns", "s", 1);
+    let a = e.lease("ns", "a", 300);
+    let b = e.lease("ns", "b", 300);
+    e.got("s", &a, 1);
+    let w = e.waiting("s", &b, 1, "30");
+    e.shard.shift_time(T0 + 100 * S, 100 * S);
+    e.at(T0 + 129 * S);
+    assert!(e.outbox().is_empty());
+    e.at(T0 + 130 * S);
+    assert_eq!(outcome(only_for(&e.outbox(), w)), TIMED_OUT);
+}
 
 #[test]
 fn a_lease_dying_at_the_same_instant_as_the_holder_gets_no_grant() {

@@ -1046,3 +1046,37 @@ fn semaphore_commands_end_to_end_resp3() {
     let mut con = server.conn_resp3();
     semaphore_round_trip(&mut con, true);
 }
+
+/// A lease ttl or acquire timeout option past what nanoseconds since 1970 can hold is refused at
+/// start, naming the option: `--max-lease-ttl` above about 9.2e9 s once overflowed `ttl * 1e9`,
+/// and a lease was acknowledged with a negative `expires_at`, dead at once. The longest allowed
+/// (100 years) gives a live lease.
+#[test]
+fn duration_options_past_what_nanoseconds_hold_are_refused_at_start() {
+    for (option, value) in [
+        ("--max-lease-ttl", "9300000000"),
+        ("--min-lease-ttl", "9300000000"),
+        ("--max-acquire-timeout", "1e12"),
+        ("--max-acquire-timeout", "nan"),
+    ] {
+        let (status, stderr) = Server::refused(&[option, value]);
+        assert!(!status.success(), "{option} {value}: {status}");
+        assert!(stderr.contains(option), "{option} {value}: {stderr}");
+    }
+    let longest = "3153600000";
+    let s = Server::start_with(&["--max-lease-ttl", longest]);
+    let mut con = s.conn();
+    ok(&mut con, &["NS.CREATE", "long"]);
+    let lease = ok(&mut con, &["LEASE.CREATE", "long", "p", longest]);
+    let (created, expires) = (
+        int(&field(&lease, "created_at")),
+        int(&field(&lease, "expires_at")),
+    );
+    assert_eq!(
+        expires - created,
+        3_153_600_000 * 1_000_000_000,
+        "{lease:?}"
+    );
+    let id = text(&field(&lease, "lease_id"));
+    ok(&mut con, &["LEASE.GET", "long", &id]);
+}

@@ -1245,6 +1245,24 @@ fn redis_cli_over_tls() {
     assert!(!r.success && !r.stdout.contains("PONG"), "{}", r.all());
     assert!(r.all().contains("certificate verify failed"), "{}", r.all());
 
+    // A cluster client is sent to the port it came in on (as Redis with `tls-cluster yes`),
+    // and CLUSTER SHARDS names both ports.
+    let r = cli_tls(tls, &tls_ok, &["CLUSTER", "SLOTS"]);
+    assert_eq!(
+        cli_field(&r.stdout, "127.0.0.1"),
+        tls.to_string(),
+        "{}",
+        r.all()
+    );
+    let mut plain = s.conn();
+    let slots = ok(&mut plain, &["CLUSTER", "SLOTS"]);
+    let master = items(&items(&items(&slots)[0])[2]);
+    assert_eq!(int(&master[1]), i64::from(s.port()));
+    let shards = ok(&mut plain, &["CLUSTER", "SHARDS"]);
+    let node = &items(&field(&items(&shards)[0], "nodes"))[0];
+    assert_eq!(int(&field(node, "port")), i64::from(s.port()));
+    assert_eq!(int(&field(node, "tls-port")), i64::from(tls));
+
     // A semaphore round trip over TLS.
     for cmd in [
         &["NS.CREATE", "tls-ns"][..],
@@ -1459,4 +1477,82 @@ fn redis_py_over_tls() {
         "{}",
         r.all()
     );
+}
+
+/// A user name or key pattern with a space, a newline or a NUL is refused as Redis refuses it:
+/// saved, a newline would have written a line of its own to the ACL file, which the next start
+/// reads as another user (an enabled, passwordless `+@all` one here), or refuses to read.
+#[test]
+fn acl_names_and_patterns_with_spaces_or_newlines_are_refused() {
+    let tmp = TempDir::new();
+    let file = tmp.path("users.acl");
+    fs::write(&file, "").unwrap();
+    let file_arg = tmp.arg("users.acl");
+    let mut s = Server::start_with(&["--aclfile", &file_arg]);
+    let mut admin = s.conn();
+    for name in ["a a", "evil\nuser", "tab\tname", "nul\0name"] {
+        assert_eq!(
+            fails(&mut admin, &["ACL", "SETUSER", name, "on"]),
+            "ERR Usernames can't contain spaces or null characters",
+            "{name:?}"
+        );
+    }
+    let injected = "~ns-*\nuser evil on nopass ~* +@all";
+    assert_eq!(
+        fails(
+            &mut admin,
+            &["ACL", "SETUSER", "bob", "on", ">pw", injected]
+        ),
+        // An error line carries no newline: Redis and permitd write a space instead.
+        format!(
+            "ERR Error in ACL SETUSER modifier '{}': Syntax error",
+            injected.replace('\n', " ")
+        )
+    );
+    assert_eq!(
+        fails(&mut admin, &["ACL", "SETUSER", "bob", "on", "~a b"]),
+        "ERR Error in ACL SETUSER modifier '~a b': Syntax error"
+    );
+    // Nothing of the refused calls was applied.
+    assert_eq!(
+        acl_users(&mut admin),
+        BTreeSet::from(["default".to_string()])
+    );
+    ok(
+        &mut admin,
+        &["ACL", "SETUSER", "bob", "on", ">pw", "~ns-*", "+@all"],
+    );
+    assert_eq!(text(&ok(&mut admin, &["ACL", "SAVE"])), "OK");
+    drop(admin);
+    s.restart();
+    let mut admin = s.conn();
+    assert_eq!(
+        acl_users(&mut admin),
+        BTreeSet::from(["bob".to_string(), "default".to_string()])
+    );
+}
+
+/// Glob patterns match in linear time, where backtracking on every `*` was exponential:
+/// `CONFIG GET '*?*?...!'` took seconds and stalled every client of its shard, and an ACL
+/// `~pattern` ran on names clients choose. These patterns would take hours that way; the
+/// replies must come within the client's read timeout.
+#[test]
+fn pathological_glob_patterns_answer_at_once() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let config_pattern = format!("{}!", "*?".repeat(40));
+    assert!(items(&ok(&mut admin, &["CONFIG", "GET", &config_pattern])).is_empty());
+    let ns_pattern = format!("~{}b", "*a".repeat(30));
+    ok(
+        &mut admin,
+        &["ACL", "SETUSER", "glob", "on", ">pw", &ns_pattern, "+@all"],
+    );
+    let mut user = login(&s, "glob", "pw");
+    let name = "a".repeat(60);
+    assert_eq!(
+        fails(&mut user, &["NS.GET", &name]),
+        format!("NOPERM No permissions to access namespace '{name}'")
+    );
+    let matching = format!("{}b", "a".repeat(59));
+    assert!(fails(&mut user, &["NS.GET", &matching]).starts_with("NOTFOUND"));
 }

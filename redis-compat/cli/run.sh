@@ -69,14 +69,21 @@ has_line() { printf '%s\n' "$1" | grep -qxF -- "$2"; }
 has() { printf '%s\n' "$1" | grep -qF -- "$2"; }
 has_re() { printf '%s\n' "$1" | grep -Eq -- "$2"; }
 
-# Replaces what changes from run to run: lease ids, namespace names, nanosecond timestamps and
-# fencing tokens (19-digit integers), so outputs can be diffed.
+# Replaces what changes from run to run, so outputs can be diffed: lease ids, namespace names,
+# nanosecond timestamps (19-digit integers) and fencing tokens (a counter that depends on what
+# ran before on the server: the integer after a fencing_token field name, on its line in
+# redis-cli's formatted RESP3 maps, on the next line otherwise).
 normalize() {
     sed -E \
         -e "s/${L1:-@@}/<lease-1>/g" -e "s/${L2:-@@}/<lease-2>/g" \
         -e "s/${NS:-@@}/<ns>/g" -e "s/${NS2:-@@}/<ns2>/g" \
         -e 's/ls_[0-9A-Za-z]{28}/<lease>/g' \
-        -e 's/(^|[^0-9])1[0-9]{18}([^0-9]|$)/\1<ns-time>\2/g'
+        -e 's/(^|[^0-9])1[0-9]{18}([^0-9]|$)/\1<ns-time>\2/g' |
+        awk '
+            token { sub(/[0-9]+$/, "<token>"); token = 0 }
+            /fencing_token" => \(integer\) [0-9]+$/ { sub(/[0-9]+$/, "<token>") }
+            /fencing_token"?$/ { token = 1 }
+            { print }'
 }
 
 # Diffs stdin (normalized) against expected/$1 (or rewrites it with UPDATE_EXPECTED=1).
@@ -261,7 +268,8 @@ check_command_docs() {
 check_command_info() {
     OUT=$(cli --no-raw COMMAND INFO sem.acquire) || return 1
     has_re "$OUT" '^1\) +1\) "sem.acquire"$' && has_re "$OUT" '^ +2\) \(integer\) -6$' &&
-        has_re "$OUT" '^ +3\) 1\) write$' && has_re "$OUT" '^ +2\) blocking$' &&
+        has_re "$OUT" '^ +3\) 1\) write$' && has_re "$OUT" '^ +2\) denyoom$' &&
+        has_re "$OUT" '^ +3\) blocking$' &&
         has_re "$OUT" '^ +4\) \(integer\) 1$' || return 1
     OUT=$(cli COMMAND GETKEYS SEM.ACQUIRE "$NS" pool "$L1" 1 0) && [ "$OUT" = "$NS" ] || return 1
     OUT=$(cli COMMAND COUNT) && [ "$OUT" -gt 20 ] || return 1

@@ -1,21 +1,11 @@
 #!/usr/bin/env bash
 # redis-compat/node/run.sh PORT: runs the ioredis suite (ioredis 5 on RESP2, ioredis 6 on RESP3,
-# and the permitd.js helper) with node's built-in test runner against a permitd already
-# listening on 127.0.0.1:PORT. Installs the locked dependencies with `npm ci` (again only when
-# package-lock.json changed).
+# plain and Cluster, and the permitd.js helper) with node's built-in test runner against a
+# permitd already listening on 127.0.0.1:PORT. Installs the locked dependencies with `npm ci`
+# (again only when package-lock.json changed).
 set -euo pipefail
 PORT=${1:?usage: run.sh PORT}
 cd "$(dirname "${BASH_SOURCE[0]}")"
-
-STAMP=node_modules/.package-lock.sha256
-want=$(sha256sum package-lock.json | cut -d' ' -f1)
-if [ ! -d node_modules ] || [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
-    echo "==> npm ci"
-    npm ci --no-audit --no-fund --loglevel=error
-    echo "$want" > "$STAMP"
-fi
-
-export PERMITD_HOST=${PERMITD_HOST:-127.0.0.1}
-export PERMITD_PORT=$PORT
-# one file at a time: the tests measure waits, and a fresh machine has 2 cores
-exec node --test --test-concurrency=1 --test-reporter=spec test/*.test.js
+# shellcheck source=../lib.sh
+. ../lib.sh
+node_test "$PORT"

@@ -31,7 +31,7 @@ def test_connect_handshake(r, protocol):
     hello = as_map(r.execute_command("HELLO", protocol))
     assert hello["proto"] == protocol
     assert hello["server"] and isinstance(hello["version"], str)
-    assert hello["mode"] == "standalone" and hello["role"] == "master"
+    assert hello["mode"] == "cluster" and hello["role"] == "master"
     info = r.info("server")
     assert "redis_version" in info
     client_info = r.execute_command("CLIENT", "INFO")

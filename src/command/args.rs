@@ -40,7 +40,10 @@ pub fn timeout(b: &[u8], limits: &Limits) -> Result<Nanos, Error> {
             limits.max_acquire_timeout
         )));
     }
-    Ok((secs * NANOS_PER_SEC as f64).round() as Nanos)
+    // A positive timeout never rounds to 0, which would mean "do not wait" (Redis rounds the
+    // timeouts of blocking commands up, too): 1e-10 s waits 1 ns and times out.
+    let nanos = (secs * NANOS_PER_SEC as f64).round() as Nanos;
+    Ok(if secs > 0.0 { nanos.max(1) } else { nanos })
 }
 
 /// A lease ttl (already parsed as whole seconds) checked against the limits, as nanoseconds.

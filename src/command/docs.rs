@@ -153,11 +153,6 @@ pub fn docs_reply(names: &[Bytes]) -> Reply {
     )
 }
 
-/// `COMMAND LIST`: every command name.
-pub fn list_reply() -> Reply {
-    Reply::Array(COMMANDS.iter().map(|c| Reply::text(c.name)).collect())
-}
-
 /// `COMMAND COUNT`: the top-level commands (subcommands do not count).
 pub fn count_reply() -> Reply {
     Reply::Int(COMMANDS.len() as i64)

@@ -5,12 +5,15 @@ pub mod args;
 pub mod docs;
 mod engine;
 pub mod request;
+pub mod slot;
 mod surface;
 pub mod table;
 
 use bytes::Bytes;
 
-pub use request::{KillFilter, Request, SessionRequest, Txn};
+pub use request::{
+    ClientListing, ClientType, KillFilter, ListFilter, Request, SessionRequest, Txn,
+};
 pub use table::{Cmd, CommandSpec};
 
 use crate::engine::request::EngineRequest;
@@ -96,13 +99,15 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::ClientInfo => session(S::ClientInfo),
         C::ClientList => surface::client_list(a).map(Request::Session),
         C::ClientKill => surface::client_kill(&a[2..]).map(|f| Request::Session(S::ClientKill(f))),
-        C::ClientUnblock => surface::client_unblock(a).map(Request::Session),
+        C::ClientUnblock => surface::client_unblock(a),
+        C::ClientNoEvict | C::ClientNoTouch => surface::client_switch(a).map(Request::Session),
+        C::ClientMaintNotifications => surface::client_maint_notifications(a).map(Request::Session),
         C::ClientUnsupported => session(S::ClientUnsupported("client-side caching")),
         C::Command => session(S::Command),
         C::CommandCount => session(S::CommandCount),
         C::CommandInfo => session(S::CommandInfo(a[2..].to_vec())),
         C::CommandDocs => session(S::CommandDocs(a[2..].to_vec())),
-        C::CommandList => session(S::CommandList),
+        C::CommandList => surface::command_list(a).map(Request::Session),
         C::CommandGetKeys => session(S::CommandGetKeys(a[2..].to_vec())),
         C::Info => Ok(Request::Info(a[1..].to_vec())),
         C::ConfigGet => session(S::ConfigGet(a[2..].to_vec())),
@@ -119,12 +124,21 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::AclSave => session(S::AclSave),
         C::Shutdown => surface::shutdown(a).map(Request::Session),
         C::Debug => surface::debug(a).map(Request::Session),
+        C::Time => session(S::Time),
+        C::Role => session(S::Role),
+        C::ClusterSlots => session(S::ClusterSlots),
+        C::ClusterShards => session(S::ClusterShards),
+        C::ClusterNodes => session(S::ClusterNodes),
+        C::ClusterInfo => session(S::ClusterInfo),
+        C::ClusterMyId => session(S::ClusterMyId),
+        C::ClusterKeySlot => session(S::ClusterKeySlot(slot::key_slot(&a[2]))),
+        C::ReadOnly | C::ReadWrite => session(S::Accepted),
         C::Multi => Ok(Request::Txn(Txn::Multi)),
         C::Exec => Ok(Request::Txn(Txn::Exec)),
         C::Discard => Ok(Request::Txn(Txn::Discard)),
         // `resolve` never returns a container without its subcommand (their arity needs one);
         // were it to, the client gets the arity error rather than the server a panic.
-        C::Client | C::Config | C::Acl => Err(Error::wrong_arity(spec.name)),
+        C::Client | C::Config | C::Acl | C::Cluster => Err(Error::wrong_arity(spec.name)),
     }
 }
 

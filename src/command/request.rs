@@ -1,9 +1,11 @@
 //! What a validated command asks for, by who answers it: the engine (on a namespace's shard),
-//! the transaction machinery, every shard at once (INFO), or the connection's own session.
+//! the transaction machinery, every shard at once (INFO), the shard of a parked acquire (CLIENT
+//! UNBLOCK), or the connection's own session.
 
 use bytes::Bytes;
 
 use crate::engine::request::EngineRequest;
+use crate::engine::types::Nanos;
 
 /// A validated request of any kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,6 +16,13 @@ pub enum Request {
     Txn(Txn),
     /// `INFO [section ...]`: every shard's figures, merged.
     Info(Vec<Bytes>),
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: on the shard where the client's acquire is parked.
+    ClientUnblock {
+        /// Client id.
+        id: u64,
+        /// ERROR (true) or TIMEOUT.
+        error: bool,
+    },
     /// A connection- or server-level command, answered by the connection's session.
     Session(SessionRequest),
 }
@@ -72,17 +81,15 @@ pub enum SessionRequest {
     },
     /// `CLIENT INFO`.
     ClientInfo,
-    /// `CLIENT LIST [ID id ...]`.
-    ClientList(Option<Vec<u64>>),
+    /// `CLIENT LIST [TYPE type | ID id ...]`.
+    ClientList(ClientListing),
     /// `CLIENT KILL ...`.
     ClientKill(KillFilter),
-    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`.
-    ClientUnblock {
-        /// Client id.
-        id: u64,
-        /// ERROR (true) or TIMEOUT.
-        error: bool,
-    },
+    /// A command accepted for compatibility that changes nothing here, answered `+OK`:
+    /// `READONLY`, `READWRITE` (every node serves reads and writes alike, SPEC §10),
+    /// `CLIENT NO-EVICT|NO-TOUCH on|off` (no client is evicted, no key has an LRU clock) and
+    /// `CLIENT MAINT_NOTIFICATIONS` (nothing ever moves).
+    Accepted,
     /// A client-caching subcommand permitd does not support.
     ClientUnsupported(&'static str),
     /// `COMMAND`.
@@ -93,8 +100,8 @@ pub enum SessionRequest {
     CommandInfo(Vec<Bytes>),
     /// `COMMAND DOCS [name ...]`.
     CommandDocs(Vec<Bytes>),
-    /// `COMMAND LIST`.
-    CommandList,
+    /// `COMMAND LIST [FILTERBY ...]`.
+    CommandList(Option<ListFilter>),
     /// `COMMAND GETKEYS command arg ...`.
     CommandGetKeys(Vec<Bytes>),
     /// `CONFIG GET pattern ...`.
@@ -115,12 +122,62 @@ pub enum SessionRequest {
     AclLoad,
     /// `ACL SAVE`.
     AclSave,
+    /// `TIME`.
+    Time,
+    /// `ROLE`.
+    Role,
+    /// `CLUSTER SLOTS`.
+    ClusterSlots,
+    /// `CLUSTER SHARDS`.
+    ClusterShards,
+    /// `CLUSTER NODES`.
+    ClusterNodes,
+    /// `CLUSTER INFO`.
+    ClusterInfo,
+    /// `CLUSTER MYID`.
+    ClusterMyId,
+    /// `CLUSTER KEYSLOT key`: the key's slot, computed as it is parsed.
+    ClusterKeySlot(u16),
     /// `SHUTDOWN [NOSAVE|SAVE]`.
     Shutdown,
     /// `DEBUG PANIC`: crashes the server (with `--enable-debug-command`).
     DebugPanic,
+    /// `DEBUG CLOCK-STEP seconds`: moves the server's wall clock, as an NTP step would (to test
+    /// what a step does to leases and time-outs).
+    DebugClockStep(Nanos),
     /// `DEBUG HELP`.
     DebugHelp,
+}
+
+/// A client type, as `CLIENT LIST TYPE` and `CLIENT KILL TYPE` name it (`slave` and `replica`
+/// are one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum ClientType {
+    Normal,
+    Master,
+    Replica,
+    Pubsub,
+}
+
+/// Which clients `CLIENT LIST` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientListing {
+    /// Every client, or those of one type.
+    Type(Option<ClientType>),
+    /// The clients with these ids, in this order (an id given twice is listed twice, as Redis).
+    Ids(Vec<u64>),
+}
+
+/// Which commands `COMMAND LIST FILTERBY` keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListFilter {
+    /// `MODULE name`: the commands of a loaded module (permitd loads none).
+    Module,
+    /// `ACLCAT category`, without its `@`, lowercase.
+    AclCat(String),
+    /// `PATTERN glob`, matched against each full name (`container|sub`), any case.
+    Pattern(Bytes),
 }
 
 /// Which clients `CLIENT KILL` ends.
@@ -134,6 +191,8 @@ pub struct KillFilter {
     pub laddr: Option<Bytes>,
     /// `USER name`.
     pub user: Option<Bytes>,
+    /// `TYPE type`.
+    pub kind: Option<ClientType>,
     /// `SKIPME yes|no` (default yes).
     pub skipme: bool,
     /// The old form answers `+OK` / an error instead of a count.

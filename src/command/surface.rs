@@ -4,7 +4,10 @@
 use bytes::Bytes;
 
 use super::args;
-use super::request::{KillFilter, SessionRequest as Request};
+use super::request::{
+    ClientListing, ClientType, KillFilter, ListFilter, SessionRequest as Request,
+};
+use crate::engine::types::{Nanos, NANOS_PER_SEC};
 use crate::error::Error;
 
 /// Words as text, for ACL rules and user names (Redis treats them as C strings too).
@@ -99,24 +102,47 @@ pub(super) fn client_setinfo(a: &[Bytes]) -> Result<Request, Error> {
     })
 }
 
+/// A client type by its Redis name, any case.
+fn client_type(w: &Bytes) -> Result<ClientType, Error> {
+    Ok(match w.to_ascii_lowercase().as_slice() {
+        b"normal" => ClientType::Normal,
+        b"master" => ClientType::Master,
+        b"slave" | b"replica" => ClientType::Replica,
+        b"pubsub" => ClientType::Pubsub,
+        _ => {
+            return Err(Error::Err(format!(
+                "Unknown client type '{}'",
+                String::from_utf8_lossy(w)
+            )))
+        }
+    })
+}
+
+/// `CLIENT LIST [TYPE type | ID id ...]`: one filter or none, as Redis.
 pub(super) fn client_list(a: &[Bytes]) -> Result<Request, Error> {
-    if a.len() == 2 {
-        Ok(Request::ClientList(None))
-    } else if a[2].eq_ignore_ascii_case(b"id") && a.len() > 3 {
+    if a.len() == 4 && a[2].eq_ignore_ascii_case(b"type") {
+        let kind = client_type(&a[3])?;
+        return Ok(Request::ClientList(ClientListing::Type(Some(kind))));
+    }
+    if a.len() > 3 && a[2].eq_ignore_ascii_case(b"id") {
         let ids = a[3..]
             .iter()
             .map(|b| args::int(b).map(|v| v as u64))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| Error::Err("Invalid client ID".into()))?;
-        Ok(Request::ClientList(Some(ids)))
-    } else if a[2].eq_ignore_ascii_case(b"type") && a.len() == 4 {
-        Ok(Request::ClientList(None))
-    } else {
-        Err(Error::syntax())
+        return Ok(Request::ClientList(ClientListing::Ids(ids)));
     }
+    if a.len() != 2 {
+        return Err(Error::syntax());
+    }
+    Ok(Request::ClientList(ClientListing::Type(None)))
 }
 
-/// The words after `CLIENT KILL`: the old form `ip:port`, or filter pairs.
+/// The words after `CLIENT KILL`: the old form `ip:port`, or filter pairs, checked in order as
+/// Redis 7.0 does (the first bad pair decides the error). An option without its value, or one
+/// Redis 7.0 does not know (`MAXAGE` came in 7.4), is a syntax error. Whether a `USER` exists
+/// is for the server to say when the command runs, so a bad pair after an unknown user wins
+/// here where Redis would name the user.
 pub(super) fn client_kill(rest: &[Bytes]) -> Result<KillFilter, Error> {
     let mut f = KillFilter {
         skipme: true,
@@ -128,11 +154,10 @@ pub(super) fn client_kill(rest: &[Bytes]) -> Result<KillFilter, Error> {
         f.skipme = false;
         return Ok(f);
     }
-    if !rest.len().is_multiple_of(2) {
-        return Err(Error::syntax());
-    }
     for pair in rest.chunks(2) {
-        let (k, v) = (&pair[0], &pair[1]);
+        let [k, v] = pair else {
+            return Err(Error::syntax());
+        };
         if k.eq_ignore_ascii_case(b"id") {
             f.id = Some(
                 args::int(v)
@@ -141,6 +166,8 @@ pub(super) fn client_kill(rest: &[Bytes]) -> Result<KillFilter, Error> {
                     .ok_or_else(|| Error::Err("client-id should be greater than 0".into()))?
                     as u64,
             );
+        } else if k.eq_ignore_ascii_case(b"type") {
+            f.kind = Some(client_type(v)?);
         } else if k.eq_ignore_ascii_case(b"addr") {
             f.addr = Some(v.clone());
         } else if k.eq_ignore_ascii_case(b"laddr") {
@@ -148,15 +175,7 @@ pub(super) fn client_kill(rest: &[Bytes]) -> Result<KillFilter, Error> {
         } else if k.eq_ignore_ascii_case(b"user") {
             f.user = Some(v.clone());
         } else if k.eq_ignore_ascii_case(b"skipme") {
-            f.skipme = if v.eq_ignore_ascii_case(b"yes") {
-                true
-            } else if v.eq_ignore_ascii_case(b"no") {
-                false
-            } else {
-                return Err(Error::syntax());
-            };
-        } else if k.eq_ignore_ascii_case(b"type") || k.eq_ignore_ascii_case(b"maxage") {
-            // Accepted for compatibility; every permitd client is a normal client.
+            f.skipme = two_way(v, b"yes", b"no")?;
         } else {
             return Err(Error::syntax());
         }
@@ -164,7 +183,57 @@ pub(super) fn client_kill(rest: &[Bytes]) -> Result<KillFilter, Error> {
     Ok(f)
 }
 
-pub(super) fn client_unblock(a: &[Bytes]) -> Result<Request, Error> {
+/// Whether `w` is the word `yes` (true) or `no` (false), any case; anything else is a syntax
+/// error, as Redis answers it.
+fn two_way(w: &Bytes, yes: &[u8], no: &[u8]) -> Result<bool, Error> {
+    if w.eq_ignore_ascii_case(yes) {
+        Ok(true)
+    } else if w.eq_ignore_ascii_case(no) {
+        Ok(false)
+    } else {
+        Err(Error::syntax())
+    }
+}
+
+/// `CLIENT NO-EVICT on|off`, `CLIENT NO-TOUCH on|off`.
+pub(super) fn client_switch(a: &[Bytes]) -> Result<Request, Error> {
+    two_way(&a[2], b"on", b"off").map(|_| Request::Accepted)
+}
+
+/// `CLIENT MAINT_NOTIFICATIONS on|off [option value ...]` (what redis-py, go-redis, Jedis and
+/// Lettuce send, e.g. `moving-endpoint-type internal-ip`): any option is accepted, since no
+/// endpoint ever moves.
+pub(super) fn client_maint_notifications(a: &[Bytes]) -> Result<Request, Error> {
+    two_way(&a[2], b"on", b"off")?;
+    if !a[3..].len().is_multiple_of(2) {
+        return Err(Error::syntax());
+    }
+    Ok(Request::Accepted)
+}
+
+/// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]`. Redis takes a
+/// FILTERBY only as the last three words, so there is at most one.
+pub(super) fn command_list(a: &[Bytes]) -> Result<Request, Error> {
+    if a.len() == 2 {
+        return Ok(Request::CommandList(None));
+    }
+    if a.len() != 5 || !a[2].eq_ignore_ascii_case(b"filterby") {
+        return Err(Error::syntax());
+    }
+    let (kind, value) = (&a[3], &a[4]);
+    let filter = if kind.eq_ignore_ascii_case(b"module") {
+        ListFilter::Module
+    } else if kind.eq_ignore_ascii_case(b"aclcat") {
+        ListFilter::AclCat(text(value).to_ascii_lowercase())
+    } else if kind.eq_ignore_ascii_case(b"pattern") {
+        ListFilter::Pattern(value.clone())
+    } else {
+        return Err(Error::syntax());
+    };
+    Ok(Request::CommandList(Some(filter)))
+}
+
+pub(super) fn client_unblock(a: &[Bytes]) -> Result<super::request::Request, Error> {
     let id = args::int(&a[2])? as u64;
     let error = match a.get(3) {
         None => false,
@@ -179,7 +248,7 @@ pub(super) fn client_unblock(a: &[Bytes]) -> Result<Request, Error> {
     if a.len() > 4 {
         return Err(Error::syntax());
     }
-    Ok(Request::ClientUnblock { id, error })
+    Ok(super::request::Request::ClientUnblock { id, error })
 }
 
 pub(super) fn acl_cat(a: &[Bytes]) -> Result<Request, Error> {
@@ -204,6 +273,16 @@ pub(super) fn debug(a: &[Bytes]) -> Result<Request, Error> {
     match (a.len(), &a[1]) {
         (2, w) if w.eq_ignore_ascii_case(b"panic") => Ok(Request::DebugPanic),
         (2, w) if w.eq_ignore_ascii_case(b"help") => Ok(Request::DebugHelp),
+        (3, w) if w.eq_ignore_ascii_case(b"clock-step") => {
+            let secs = std::str::from_utf8(&a[2])
+                .ok()
+                .and_then(|t| t.parse::<f64>().ok())
+                .filter(|s| s.is_finite() && s.abs() <= 100.0 * 365.0 * 86400.0)
+                .ok_or_else(|| Error::Err("value is not a valid float".into()))?;
+            Ok(Request::DebugClockStep(
+                (secs * NANOS_PER_SEC as f64) as Nanos,
+            ))
+        }
         _ => Err(Error::Err(format!(
             "unknown subcommand or wrong number of arguments for '{}'. Try DEBUG HELP.",
             String::from_utf8_lossy(&a[1][..a[1].len().min(128)])

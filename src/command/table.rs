@@ -44,6 +44,9 @@ pub enum Cmd {
     ClientList,
     ClientKill,
     ClientUnblock,
+    ClientNoEvict,
+    ClientNoTouch,
+    ClientMaintNotifications,
     ClientUnsupported,
     Command,
     CommandCount,
@@ -65,9 +68,20 @@ pub enum Cmd {
     ConfigGet,
     Shutdown,
     Debug,
+    Time,
+    Role,
     Multi,
     Exec,
     Discard,
+    Cluster,
+    ClusterSlots,
+    ClusterShards,
+    ClusterNodes,
+    ClusterInfo,
+    ClusterMyId,
+    ClusterKeySlot,
+    ReadOnly,
+    ReadWrite,
 }
 
 /// An argument's type, as `COMMAND DOCS` names it.
@@ -141,6 +155,14 @@ const fn opt(name: &'static str, kind: ArgType, token: &'static str) -> Arg {
     .optional()
 }
 
+/// A value introduced by `token`, required.
+const fn tagged(name: &'static str, kind: ArgType, token: &'static str) -> Arg {
+    Arg {
+        token: Some(token),
+        ..arg(name, kind)
+    }
+}
+
 const fn token(name: &'static str, tok: &'static str) -> Arg {
     Arg {
         token: Some(tok),
@@ -184,10 +206,7 @@ const LEASE: Arg = arg("lease", ArgType::String);
 const DESC: Arg = opt("description", ArgType::String, "DESC");
 const CURSOR: Arg = opt("cursor", ArgType::String, "CURSOR");
 const LIMIT: Arg = opt("limit", ArgType::Integer, "LIMIT");
-const VERSION: Arg = Arg {
-    token: Some("VERSION"),
-    ..arg("version", ArgType::Integer)
-};
+const VERSION: Arg = tagged("version", ArgType::Integer, "VERSION");
 const META: Arg = Arg {
     token: Some("META"),
     ..block(
@@ -255,6 +274,13 @@ const ENGINE_WRITE: CommandSpec = CommandSpec {
     first_key: 1,
     group: "semaphore",
     ..UNSET
+};
+
+/// A namespace, semaphore or lease command that may add state (an entity, metadata, a hold, a
+/// waiter): refused past `--maxmemory`, as Redis flags SET `denyoom`.
+const ENGINE_ADD: CommandSpec = CommandSpec {
+    flags: Flags::of(&[Flag::Write, Flag::DenyOom, Flag::Fast]),
+    ..ENGINE_WRITE
 };
 
 /// A namespace, semaphore or lease command that reads one entity.
@@ -332,6 +358,29 @@ const TRANSACTION: CommandSpec = CommandSpec {
     ..UNSET
 };
 
+/// `on|off`, the argument of the CLIENT switches.
+const ON_OFF: Arg = one_of("enabled", &[token("on", "ON"), token("off", "OFF")]);
+
+/// A `CLUSTER` subcommand: it describes the cluster, which a node knows at any time (Redis
+/// allows them on a stale replica, not while loading).
+const CLUSTER: CommandSpec = CommandSpec {
+    arity: 2,
+    flags: Flags::of(&[Flag::Stale]),
+    acl: AclCats::of(&[AclCat::Slow]),
+    group: "cluster",
+    ..UNSET
+};
+
+/// READONLY and READWRITE, which a cluster client sends to a replica it reads from.
+const READ_MODE: CommandSpec = CommandSpec {
+    arity: 1,
+    flags: Flags::of(&[Flag::Fast, Flag::Loading, Flag::Stale]),
+    acl: AclCats::of(&[AclCat::Fast, AclCat::Connection]),
+    group: "cluster",
+    complexity: "O(1)",
+    ..UNSET
+};
+
 const NO_CLIENT_CACHING: &str = "Not supported: permitd has no client-side caching.";
 
 static CLIENT_SUBS: &[CommandSpec] = &[
@@ -377,9 +426,19 @@ static CLIENT_SUBS: &[CommandSpec] = &[
         cmd: Cmd::ClientList,
         arity: -2,
         group: "connection",
-        summary: "Lists open connections.",
+        summary: "Lists open connections, all or those of one type or of the given ids.",
         complexity: "O(N), N the clients",
-        args: &[opt("client-id", ArgType::Integer, "ID")],
+        args: &[one_of(
+            "filter",
+            &[
+                tagged("client-type", ArgType::String, "TYPE"),
+                Arg {
+                    token: Some("ID"),
+                    ..block("ids", &[arg("client-id", ArgType::Integer).multiple()])
+                },
+            ],
+        )
+        .optional()],
         ..ADMIN
     },
     CommandSpec {
@@ -387,13 +446,26 @@ static CLIENT_SUBS: &[CommandSpec] = &[
         cmd: Cmd::ClientKill,
         arity: -3,
         group: "connection",
-        summary: "Terminates open connections.",
+        summary: "Terminates open connections: the one at ip:port, or those every filter given \
+                  matches (every client is of type normal).",
         complexity: "O(N), N the clients",
-        args: &[
-            opt("client-id", ArgType::Integer, "ID"),
-            opt("ip:port", ArgType::String, "ADDR"),
-            opt("username", ArgType::String, "USER"),
-        ],
+        args: &[one_of(
+            "filter",
+            &[
+                arg("ip:port", ArgType::String),
+                block(
+                    "new-format",
+                    &[
+                        opt("client-id", ArgType::Integer, "ID"),
+                        opt("client-type", ArgType::String, "TYPE"),
+                        opt("username", ArgType::String, "USER"),
+                        opt("ip:port", ArgType::String, "ADDR"),
+                        opt("ip:port", ArgType::String, "LADDR"),
+                        opt("yes/no", ArgType::String, "SKIPME"),
+                    ],
+                ),
+            ],
+        )],
         ..ADMIN
     },
     CommandSpec {
@@ -412,6 +484,53 @@ static CLIENT_SUBS: &[CommandSpec] = &[
             .optional(),
         ],
         ..ADMIN
+    },
+    CommandSpec {
+        name: "client|no-evict",
+        cmd: Cmd::ClientNoEvict,
+        arity: 3,
+        // Redis's, @connection included: unlike the admin CLIENT subcommands above, which
+        // permitd keeps out of @connection so that `+@connection` cannot kill or list other
+        // clients, this one changes nothing.
+        acl: AclCats::of(&[
+            AclCat::Admin,
+            AclCat::Slow,
+            AclCat::Dangerous,
+            AclCat::Connection,
+        ]),
+        group: "connection",
+        summary: "Accepted: permitd never evicts a client.",
+        complexity: "O(1)",
+        args: &[ON_OFF],
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "client|no-touch",
+        cmd: Cmd::ClientNoTouch,
+        arity: 3,
+        flags: Flags::of(&[Flag::Noscript, Flag::Loading, Flag::Stale]),
+        acl: AclCats::of(&[AclCat::Slow, AclCat::Connection]),
+        summary: "Accepted: permitd keeps no access times that commands would touch.",
+        args: &[ON_OFF],
+        ..CONNECTION
+    },
+    CommandSpec {
+        name: "client|maint_notifications",
+        cmd: Cmd::ClientMaintNotifications,
+        arity: -3,
+        flags: Flags::of(&[Flag::Noscript, Flag::Loading, Flag::Stale]),
+        acl: AclCats::of(&[AclCat::Slow, AclCat::Connection]),
+        summary: "Accepted: no endpoint ever moves, so no maintenance notification is sent.",
+        args: &[
+            ON_OFF,
+            block(
+                "option",
+                &[arg("name", ArgType::String), arg("value", ArgType::String)],
+            )
+            .optional()
+            .multiple(),
+        ],
+        ..CONNECTION
     },
     CommandSpec {
         name: "client|tracking",
@@ -474,8 +593,23 @@ static COMMAND_SUBS: &[CommandSpec] = &[
         name: "command|list",
         cmd: Cmd::CommandList,
         arity: -2,
-        summary: "Returns a list of command names.",
+        summary: "Returns the names of the commands and subcommands, all or those a filter keeps.",
         complexity: "O(N), N the commands",
+        args: &[Arg {
+            token: Some("FILTERBY"),
+            ..block(
+                "filterby",
+                &[one_of(
+                    "filter",
+                    &[
+                        tagged("module-name", ArgType::String, "MODULE"),
+                        tagged("category", ArgType::String, "ACLCAT"),
+                        tagged("pattern", ArgType::String, "PATTERN"),
+                    ],
+                )],
+            )
+        }
+        .optional()],
         ..INTROSPECTION
     },
     CommandSpec {
@@ -570,6 +704,53 @@ static ACL_SUBS: &[CommandSpec] = &[
     },
 ];
 
+static CLUSTER_SUBS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "cluster|slots",
+        cmd: Cmd::ClusterSlots,
+        summary: "Returns the slot range 0-16383 with the nodes that serve it, master first.",
+        complexity: "O(N), N the nodes",
+        ..CLUSTER
+    },
+    CommandSpec {
+        name: "cluster|shards",
+        cmd: Cmd::ClusterShards,
+        summary: "Returns the shard (slots 0-16383) and its nodes.",
+        complexity: "O(N), N the nodes",
+        ..CLUSTER
+    },
+    CommandSpec {
+        name: "cluster|nodes",
+        cmd: Cmd::ClusterNodes,
+        summary: "Returns the cluster's nodes, one line each, in Redis Cluster's format.",
+        complexity: "O(N), N the nodes",
+        ..CLUSTER
+    },
+    CommandSpec {
+        name: "cluster|info",
+        cmd: Cmd::ClusterInfo,
+        summary: "Returns the cluster's state (ok while a leader serves the slots).",
+        complexity: "O(1)",
+        ..CLUSTER
+    },
+    CommandSpec {
+        name: "cluster|myid",
+        cmd: Cmd::ClusterMyId,
+        summary: "Returns this node's id.",
+        complexity: "O(1)",
+        ..CLUSTER
+    },
+    CommandSpec {
+        name: "cluster|keyslot",
+        cmd: Cmd::ClusterKeySlot,
+        arity: 3,
+        summary: "Returns the hash slot of a key (a namespace): CRC16 of its {hash tag} or of it.",
+        complexity: "O(N), N the bytes of the key",
+        args: &[arg("key", ArgType::String)],
+        ..CLUSTER
+    },
+];
+
 static CONFIG_SUBS: &[CommandSpec] = &[CommandSpec {
     name: "config|get",
     cmd: Cmd::ConfigGet,
@@ -589,7 +770,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         summary: "Creates a namespace.",
         complexity: "O(log N)",
         args: &[NS, DESC, META],
-        ..ENGINE_WRITE
+        ..ENGINE_ADD
     },
     CommandSpec {
         name: "ns.get",
@@ -617,7 +798,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         summary: "Replaces a namespace's description and metadata if its version matches.",
         complexity: "O(log N)",
         args: &[NS, VERSION, DESC, META],
-        ..ENGINE_WRITE
+        ..ENGINE_ADD
     },
     CommandSpec {
         name: "ns.delete",
@@ -642,7 +823,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         summary: "Creates a semaphore with a number of permits.",
         complexity: "O(log N)",
         args: &[NS, SEM, arg("permits", ArgType::Integer), DESC, META],
-        ..ENGINE_WRITE
+        ..ENGINE_ADD
     },
     CommandSpec {
         name: "sem.get",
@@ -676,7 +857,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             DESC,
             META,
         ],
-        ..ENGINE_WRITE
+        ..ENGINE_ADD
     },
     CommandSpec {
         name: "sem.delete",
@@ -691,7 +872,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "sem.acquire",
         cmd: Cmd::SemAcquire,
         arity: -6,
-        flags: Flags::of(&[Flag::Write, Flag::Blocking]),
+        flags: Flags::of(&[Flag::Write, Flag::DenyOom, Flag::Blocking]),
         acl: AclCats::of(&[AclCat::Write, AclCat::Semaphore, AclCat::Blocking]),
         summary: "Acquires weight permits under a lease, waiting up to timeout seconds (FIFO).",
         complexity: "O(log N + K), K the parked acquires a smaller hold lets in",
@@ -735,7 +916,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             arg("ttl", ArgType::Integer),
             META,
         ],
-        ..ENGINE_WRITE
+        ..ENGINE_ADD
     },
     CommandSpec {
         name: "lease.get",
@@ -884,6 +1065,26 @@ pub static COMMANDS: &[CommandSpec] = &[
         ..INTROSPECTION
     },
     CommandSpec {
+        name: "time",
+        cmd: Cmd::Time,
+        arity: 1,
+        flags: Flags::of(&[Flag::Loading, Flag::Stale, Flag::Fast]),
+        acl: AclCats::of(&[AclCat::Fast]),
+        summary: "Returns the server's time: Unix seconds and microseconds.",
+        complexity: "O(1)",
+        ..SERVER
+    },
+    CommandSpec {
+        name: "role",
+        cmd: Cmd::Role,
+        arity: 1,
+        flags: Flags::of(&[Flag::Noscript, Flag::Loading, Flag::Stale, Flag::Fast]),
+        acl: AclCats::of(&[AclCat::Admin, AclCat::Fast, AclCat::Dangerous]),
+        summary: "Returns this node's replication role: master on the leader.",
+        complexity: "O(1)",
+        ..SERVER
+    },
+    CommandSpec {
         name: "acl",
         cmd: Cmd::Acl,
         summary: "A container for access control commands.",
@@ -955,6 +1156,26 @@ pub static COMMANDS: &[CommandSpec] = &[
         summary: "Discards a transaction.",
         complexity: "O(N), N the queued commands",
         ..TRANSACTION
+    },
+    CommandSpec {
+        name: "cluster",
+        cmd: Cmd::Cluster,
+        group: "cluster",
+        summary: "A container for the cluster topology commands.",
+        subcommands: CLUSTER_SUBS,
+        ..CONTAINER
+    },
+    CommandSpec {
+        name: "readonly",
+        cmd: Cmd::ReadOnly,
+        summary: "Accepted: every node serves reads and writes alike.",
+        ..READ_MODE
+    },
+    CommandSpec {
+        name: "readwrite",
+        cmd: Cmd::ReadWrite,
+        summary: "Accepted: every node serves reads and writes alike.",
+        ..READ_MODE
     },
 ];
 

@@ -125,6 +125,7 @@ const LEASE_DEL: u8 = 6;
 const HOLD_SET: u8 = 7;
 const HOLD_DEL: u8 = 8;
 const TOUCH: u8 = 9;
+const TIME_SHIFT: u8 = 10;
 
 /// Appends a record's encoding.
 pub fn encode_record(r: &Record, out: &mut BytesMut) {
@@ -233,6 +234,11 @@ pub fn encode_record(r: &Record, out: &mut BytesMut) {
             e.name(sem);
             e.i64(*at);
         }
+        Record::TimeShift { by, at } => {
+            e.u8(TIME_SHIFT);
+            e.i64(*by);
+            e.i64(*at);
+        }
     }
 }
 
@@ -295,6 +301,10 @@ pub fn decode_record(d: &mut Dec) -> Result<Record, DecodeError> {
         TOUCH => Record::Touch {
             ns: d.name()?,
             sem: d.name()?,
+            at: d.i64()?,
+        },
+        TIME_SHIFT => Record::TimeShift {
+            by: d.i64()?,
             at: d.i64()?,
         },
         _ => return Err(DecodeError("unknown record type")),

@@ -177,6 +177,7 @@ impl User {
                     let h = unhex32(&lower[1..]).ok_or_else(bad)?;
                     self.passwords.retain(|p| !ct_eq(p, &h));
                 }
+                b'~' if has_spaces(&rule.as_bytes()[1..]) => return Err(bad()),
                 b'~' => self
                     .patterns
                     .push(Bytes::copy_from_slice(&rule.as_bytes()[1..])),
@@ -226,6 +227,12 @@ impl User {
         }
         s
     }
+}
+
+/// Whether `s` holds white space (C's `isspace`) or a NUL, which Redis refuses in user names
+/// and key patterns for the same reason: the ACL file splits its lines at white space.
+fn has_spaces(s: &[u8]) -> bool {
+    s.iter().any(|b| b" \t\n\x0b\x0c\r\0".contains(b))
 }
 
 fn known_command(name: &str) -> bool {
@@ -355,6 +362,13 @@ impl Acl {
 
     /// `ACL SETUSER`: creates or changes a user; nothing changes if a rule is bad.
     pub fn setuser(&self, name: &str, rules: &[String]) -> Result<(), Error> {
+        // The ACL file is one user a line, words split at white space: a name with a space or a
+        // newline in it would not read back, or would read back as another user.
+        if has_spaces(name.as_bytes()) {
+            return Err(Error::Err(
+                "Usernames can't contain spaces or null characters".into(),
+            ));
+        }
         let mut users = self.users.write().unwrap_or_else(PoisonError::into_inner);
         let mut u = users
             .get(name)

@@ -13,6 +13,9 @@
 //! and taking the socket off an event loop or onto one (tokio closes it if either fails).
 //! Keeping a `dup` of each socket in the registry instead would cost a second descriptor per
 //! client, and a registry snapshot still holding it would keep a closed connection's socket open.
+//!
+//! A kill or an unblock ends a parked acquire on the killer's side, before its command is
+//! answered, through the client's [`Parking`] (parking.rs).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -24,6 +27,8 @@ use bytes::Bytes;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
+use super::parking::Parking;
+use crate::engine::WaiterId;
 use crate::protocol::Proto;
 
 /// Registered connections at which a rise counts as a burst (checked as each registers, so a
@@ -34,35 +39,8 @@ use crate::protocol::Proto;
 /// left 580 kB above the level before the load at 64, 448 kB at 16 (one run each).
 const BURST_CONNECTIONS: usize = 16;
 
-/// How CLIENT UNBLOCK ends a parked acquire: as if it timed out, or with an `UNBLOCKED` error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unblock {
-    /// `CLIENT UNBLOCK id` / `... TIMEOUT`.
-    Timeout,
-    /// `CLIENT UNBLOCK id ERROR`.
-    Error,
-}
-
-impl Unblock {
-    /// How `Client::unblock` holds it; 0 there means no unblock is pending.
-    fn code(self) -> u8 {
-        match self {
-            Unblock::Timeout => 1,
-            Unblock::Error => 2,
-        }
-    }
-
-    fn from_code(code: u8) -> Option<Unblock> {
-        match code {
-            1 => Some(Unblock::Timeout),
-            2 => Some(Unblock::Error),
-            _ => None,
-        }
-    }
-}
-
-/// What a connection shares with the rest of the server: what CLIENT LIST shows of it, and the
-/// flags through which CLIENT KILL and CLIENT UNBLOCK reach it.
+/// What a connection shares with the rest of the server: what CLIENT LIST shows of it, and what
+/// CLIENT KILL and CLIENT UNBLOCK act on.
 #[derive(Debug)]
 pub struct Client {
     id: u64,
@@ -78,14 +56,13 @@ pub struct Client {
     names: Mutex<Names>,
     /// Protocol version (2 or 3).
     resp: AtomicU8,
-    /// Parked in SEM.ACQUIRE: only then may CLIENT UNBLOCK set `unblock`.
+    /// The connection waits on a parked acquire (`flags=b`, `blocked_clients`).
     blocked: AtomicBool,
     /// Commands queued in MULTI, or -1.
     multi: AtomicI64,
-    killed: AtomicBool,
-    /// A pending CLIENT UNBLOCK ([`Unblock::code`]), taken by the parked connection.
-    unblock: AtomicU8,
-    /// Wakes the connection for a kill or an unblock.
+    /// The kill flag and where the client's acquire is parked, shared with the shards.
+    parking: Arc<Parking>,
+    /// Wakes the connection for a kill.
     wake: Notify,
 }
 
@@ -185,33 +162,22 @@ impl Client {
 
     /// Whether CLIENT KILL (or ACL DELUSER) ended the connection.
     pub fn is_killed(&self) -> bool {
-        self.killed.load(Ordering::Acquire)
+        self.parking.is_killed()
     }
 
-    /// Resolves when a kill or an unblock wakes the connection.
+    /// What the shards see of the client: its kill flag, and where its acquire parks.
+    pub fn parking(&self) -> &Arc<Parking> {
+        &self.parking
+    }
+
+    /// Resolves when a kill wakes the connection.
     pub fn woken(&self) -> Notified<'_> {
         self.wake.notified()
     }
 
-    /// CLIENT UNBLOCK: ends the client's parked acquire in the way `why` says. Returns false
-    /// (and does nothing) when the client is not parked.
-    pub fn request_unblock(&self, why: Unblock) -> bool {
-        if !self.blocked.load(Ordering::Acquire) {
-            return false;
-        }
-        self.unblock.store(why.code(), Ordering::Release);
-        self.wake.notify_one();
-        true
-    }
-
-    /// The pending CLIENT UNBLOCK, if any; taking it clears it.
-    pub fn take_unblock(&self) -> Option<Unblock> {
-        Unblock::from_code(self.unblock.swap(0, Ordering::AcqRel))
-    }
-
     /// Marks the connection killed and wakes it; the registry also shuts its socket down.
     fn kill(&self) {
-        self.killed.store(true, Ordering::Release);
+        self.parking.kill();
         self.wake.notify_one();
     }
 
@@ -340,8 +306,7 @@ impl Registry {
             resp: AtomicU8::new(2),
             blocked: AtomicBool::new(false),
             multi: AtomicI64::new(-1),
-            killed: AtomicBool::new(false),
-            unblock: AtomicU8::new(0),
+            parking: Arc::default(),
             wake: Notify::new(),
         });
         s.total_connections.fetch_add(1, Ordering::Relaxed);
@@ -374,6 +339,17 @@ impl Registry {
             n += 1;
         }
         n
+    }
+
+    /// Where the parked acquires of killed clients wait, for their killer to cancel them there
+    /// (read after the kills: see parking.rs).
+    pub fn killed_parked(&self) -> Vec<(usize, WaiterId)> {
+        let entries = self.shared.entries();
+        entries
+            .values()
+            .filter(|e| e.client.is_killed())
+            .filter_map(|e| e.client.parking.parked())
+            .collect()
     }
 
     /// Stops every connection reading (shutdown): each writes the replies it owes, then closes.
@@ -461,15 +437,12 @@ impl Registration {
         self.shared.set_attached(self.client.id, true);
     }
 
-    /// Marks the connection parked in SEM.ACQUIRE (CLIENT UNBLOCK may end it only then), or no
-    /// longer parked, which also drops an unblock that came too late.
+    /// Marks the connection waiting on a parked acquire, or no longer waiting.
     pub fn set_blocked(&self, blocked: bool) {
-        let c = &self.client;
-        c.blocked.store(blocked, Ordering::Release);
+        self.client.blocked.store(blocked, Ordering::Relaxed);
         if blocked {
             self.shared.blocked.fetch_add(1, Ordering::Relaxed);
         } else {
-            c.unblock.store(0, Ordering::Release);
             self.shared.blocked.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -515,20 +488,18 @@ mod tests {
     }
 
     #[test]
-    fn unblock_reaches_only_a_parked_client_and_is_taken_once() {
+    fn the_killer_finds_where_a_killed_client_is_parked() {
         let registry = Registry::default();
         let reg = registry.register(addr(), addr(), -1, 0);
-        let c = reg.client().clone();
-        assert!(!c.request_unblock(Unblock::Error));
-        reg.set_blocked(true);
-        assert_eq!(registry.blocked(), 1);
-        assert!(c.request_unblock(Unblock::Error));
-        assert_eq!(c.take_unblock(), Some(Unblock::Error));
-        assert_eq!(c.take_unblock(), None);
-        assert!(c.request_unblock(Unblock::Timeout));
-        reg.set_blocked(false);
-        assert_eq!(c.take_unblock(), None, "a late unblock is dropped");
-        assert_eq!(registry.blocked(), 0);
+        // No socket to shut down here.
+        reg.detach_socket();
+        let p = reg.client().parking().clone();
+        assert!(p.park(1, 7));
+        assert!(registry.killed_parked().is_empty(), "not killed");
+        assert_eq!(registry.kill_where(|_| true), 1);
+        assert_eq!(registry.killed_parked(), vec![(1, 7)]);
+        p.unpark(7);
+        assert!(registry.killed_parked().is_empty());
     }
 
     #[test]

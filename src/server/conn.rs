@@ -4,6 +4,13 @@
 //! (dispatch.rs), as Dragonfly's connection hands commands to its service interface, so that
 //! this file depends on no command and the service on this file alone.
 //!
+//! A connection keeps reading while its replies wait to be written, as Redis does: a client may
+//! write a whole pipeline before it reads a reply (redis-py does), and one that stopped both
+//! reading and writing would otherwise wait on each other for ever. What waits is bounded:
+//! replies past `--client-output-buffer-limit` close the client (Redis's hard limit), requests
+//! past `--client-query-buffer-limit` too, and replies nobody reads for
+//! `--client-output-timeout` seconds as well.
+//!
 //! A parked acquire holds the commands behind it (as BLPOP does in Redis) while the connection
 //! keeps watching its socket, so a client that goes away is dropped from the queue at once.
 //!
@@ -11,16 +18,19 @@
 //! (between requests, with nothing buffered), so that its commands run inline there: a release
 //! that frees permits and the grant it causes then wake no other thread.
 
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 
-use super::clients::Unblock;
 use super::gate::Gate;
 use super::global::Global;
 use super::msg::{Done, Durable, Moving, ShardMsg, ThreadMsg};
@@ -30,8 +40,9 @@ use crate::engine::{Cancel, WaiterId};
 use crate::error::Error;
 use crate::protocol::{ProtocolError, Reply, RequestParser};
 
-/// Replies are written once this much is buffered, even mid-pipeline.
-const OUT_FLUSH: usize = 64 * 1024;
+/// Replies are written once this much more is buffered, even mid-pipeline; a batch for another
+/// shard comes back in pieces of about this size (dispatch.rs).
+pub const OUT_FLUSH: usize = 64 * 1024;
 
 /// Room for one read into an empty read buffer, and for the replies to it. 8 KiB blocks live in
 /// mimalloc's 64 KiB small pages (blocks up to 10 KiB), so a buffer alive after a disconnect
@@ -122,10 +133,10 @@ pub(super) trait Transport: AsyncRead + AsyncWrite + Unpin + Sized {
         None
     }
 
-    /// Waits until a read may bring bytes, so that the read buffer gets its room only then. A
-    /// stream that buffers inside (TLS) returns at once and its connections keep a read buffer.
-    async fn wait_readable(&self) -> std::io::Result<()> {
-        Ok(())
+    /// Ready once a read may bring bytes, so that the read buffer gets its room only then. A
+    /// stream that buffers inside (TLS) is always ready and its connections keep a read buffer.
+    fn poll_readable(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -136,19 +147,98 @@ impl Transport for TcpStream {
         TcpStream::into_std(self).ok()
     }
 
-    async fn wait_readable(&self) -> std::io::Result<()> {
-        self.readable().await
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_read_ready(cx)
     }
 }
 
 impl Transport for tokio_rustls::server::TlsStream<TcpStream> {}
 
 /// Reads what the client sent into `buf`, which gets room only once the stream is readable.
-async fn fill<S: Transport>(stream: &mut S, buf: &mut BytesMut) -> std::io::Result<usize> {
-    stream.wait_readable().await?;
+fn poll_fill<S: Transport>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    ready!(stream.poll_readable(cx))?;
     // Reserving reuses the buffer's room when the parsed requests are gone, else allocates.
     buf.reserve(if buf.is_empty() { BUF_START } else { READ_MIN });
-    stream.read_buf(buf).await
+    tokio_util::io::poll_read_buf(Pin::new(stream), cx, buf)
+}
+
+/// What the socket did while a connection waited on it with replies to write.
+enum Io {
+    /// A read brought bytes (`Ok(n)`, n > 0), the end of the stream (`Ok(0)`), or an error.
+    Read(io::Result<usize>),
+    /// Some replies were written (all of them once `out` is empty), or writing failed.
+    Wrote(io::Result<()>),
+}
+
+/// Writes `out` as far as the socket takes it now, then flushes the stream (a TLS stream may
+/// keep records it could not send yet). Ready once it made progress (or failed), pending when
+/// the socket takes nothing now.
+fn poll_send<S: Transport>(
+    stream: &mut S,
+    out: &mut BytesMut,
+    unflushed: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<()>> {
+    let mut progress = false;
+    loop {
+        let step = if !out.is_empty() {
+            match Pin::new(&mut *stream).poll_write(cx, out) {
+                Poll::Ready(Ok(0)) => Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    out.advance(n);
+                    *unflushed = true;
+                    Poll::Ready(Ok(()))
+                }
+                other => other.map_ok(drop),
+            }
+        } else if *unflushed {
+            let flushed = Pin::new(&mut *stream).poll_flush(cx);
+            if let Poll::Ready(Ok(())) = flushed {
+                *unflushed = false;
+            }
+            flushed
+        } else {
+            break;
+        };
+        match step {
+            Poll::Ready(Ok(())) => progress = true,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => break,
+        }
+    }
+    if progress {
+        Poll::Ready(Ok(()))
+    } else {
+        Poll::Pending
+    }
+}
+
+/// Reads what the client sends into `inbuf` while writing `out` as the socket takes it.
+/// Resolves when a read ends or a write made progress, so that the caller sees each of them.
+async fn pump<S: Transport>(
+    stream: &mut S,
+    inbuf: &mut BytesMut,
+    out: &mut BytesMut,
+    unflushed: &mut bool,
+) -> Io {
+    poll_fn(|cx| {
+        if !out.is_empty() || *unflushed {
+            if let Poll::Ready(r) = poll_send(stream, out, unflushed, cx) {
+                return Poll::Ready(Io::Wrote(r));
+            }
+        }
+        poll_fill(stream, inbuf, cx).map(Io::Read)
+    })
+    .await
+}
+
+/// Reads what the client sent into `buf` (with no replies to write).
+async fn fill<S: Transport>(stream: &mut S, buf: &mut BytesMut) -> io::Result<usize> {
+    poll_fn(|cx| poll_fill(stream, buf, cx)).await
 }
 
 /// Runs `conn` until it closes or moves to another shard thread.
@@ -185,7 +275,15 @@ pub(super) struct Conn<S> {
     /// Server-wide state.
     pub g: Arc<Global>,
     inbuf: BytesMut,
+    /// Encoded replies not written yet. Whenever the connection waits on its socket, the fate
+    /// of every change they show is known (the gate settled them): only `send` and `finish`
+    /// write, after settling.
     out: BytesMut,
+    /// `out`'s length after the last write (what was left then), to write again only once
+    /// another `OUT_FLUSH` came on top.
+    sent: usize,
+    /// Bytes went to the stream since it was last flushed.
+    unflushed: bool,
     parser: RequestParser,
     shutdown: watch::Receiver<bool>,
     /// The shard of the latest engine commands and how many in a row went there (counted only
@@ -198,6 +296,7 @@ pub(super) struct Conn<S> {
 /// What a read brought.
 enum Read {
     Data,
+    /// The connection is to close, once it wrote what it still owes (if it can).
     Closed,
 }
 
@@ -205,12 +304,14 @@ enum Read {
 enum Event {
     /// The parked acquire's reply (None: its sender went away).
     Reply(Option<Durable<Reply>>),
-    /// Bytes or end of stream.
-    Read(std::io::Result<usize>),
-    /// A kill or CLIENT UNBLOCK.
+    /// The socket.
+    Io(Io),
+    /// A kill.
     Wake,
     /// Server shutdown.
     Shutdown,
+    /// Replies waited `--client-output-timeout` without a byte written.
+    Stalled,
 }
 
 impl<S: Transport> Conn<S> {
@@ -226,6 +327,8 @@ impl<S: Transport> Conn<S> {
             stream,
             inbuf: BytesMut::new(),
             out: BytesMut::new(),
+            sent: 0,
+            unflushed: false,
             parser: RequestParser::default(),
         }
     }
@@ -235,10 +338,12 @@ impl<S: Transport> Conn<S> {
     async fn run<D: Service>(&mut self, service: &mut D) -> Option<usize> {
         loop {
             if let Read::Closed = self.read().await {
+                self.finish().await;
                 return None;
             }
             self.process(service).await;
-            if self.write_out().await.is_err() || self.session.close {
+            if self.session.close || !self.send().await {
+                self.finish().await;
                 return None;
             }
             self.release_buffers();
@@ -265,6 +370,7 @@ impl<S: Transport> Conn<S> {
             && to != self.ctx.id
             && !service.in_transaction()
             && self.inbuf.is_empty()
+            && !self.writing()
             && self.parser.is_idle()
             && !service.batching()
             && !self.session.client().is_killed()
@@ -272,33 +378,70 @@ impl<S: Transport> Conn<S> {
         .then_some(to)
     }
 
-    /// Drops the buffers' room before waiting on the client (the replies are written): most of
-    /// many connections are idle, and a buffer that grew for one big pipeline or reply does not
-    /// stay big. A partial request stays in the read buffer.
+    /// Drops the buffers' room before waiting on the client: most of many connections are
+    /// idle, and a buffer that grew for one big pipeline or reply does not stay big. A partial
+    /// request stays in the read buffer, and replies not written yet stay too.
     fn release_buffers(&mut self) {
         if self.inbuf.is_empty() {
             self.inbuf = BytesMut::new();
         }
-        self.out = BytesMut::new();
+        if self.out.is_empty() {
+            self.out = BytesMut::new();
+        }
     }
 
-    /// Waits for bytes or the idle timeout. CLIENT KILL and shutdown end this read by shutting
-    /// the socket down, so the hot path waits on the socket alone (no timer unless `--timeout`).
+    /// Whether replies wait to go out.
+    fn writing(&self) -> bool {
+        !self.out.is_empty() || self.unflushed
+    }
+
+    /// Forgets the replies not written: the connection closes without them.
+    fn discard_output(&mut self) {
+        self.out.clear();
+        self.unflushed = false;
+    }
+
+    /// Closes a client that does not read its replies, without them.
+    fn drop_output(&mut self, why: &str) {
+        let client = self.session.client().id();
+        let unwritten = self.out.len();
+        tracing::warn!(client, unwritten, "closing client that {why}");
+        self.discard_output();
+    }
+
+    /// Waits for bytes or the idle timeout, writing the replies that wait meanwhile. CLIENT KILL
+    /// and shutdown end this read by shutting the socket down, so the hot path (nothing to
+    /// write) waits on the socket alone (no timer unless `--timeout`).
     async fn read(&mut self) -> Read {
         if self.session.client().is_killed() || self.g.shutting_down() {
             return Read::Closed;
         }
-        let r = match self.g.config.timeout {
-            0 => fill(&mut self.stream, &mut self.inbuf).await,
-            secs => {
-                let read = fill(&mut self.stream, &mut self.inbuf);
-                match tokio::time::timeout(Duration::from_secs(secs), read).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        let client = self.session.client().id();
-                        tracing::debug!(client, "closing idle client");
-                        return Read::Closed;
-                    }
+        let idle = self.g.config.timeout;
+        let stall = self.g.config.client_output_timeout;
+        let r = loop {
+            if !self.writing() && idle == 0 {
+                break fill(&mut self.stream, &mut self.inbuf).await;
+            }
+            // Both timers start again once a write made progress: a client that reads its
+            // replies, however slowly, is neither idle nor stalled.
+            let io = tokio::select! {
+                io = pump(&mut self.stream, &mut self.inbuf, &mut self.out, &mut self.unflushed) => io,
+                _ = tokio::time::sleep(Duration::from_secs(stall)), if self.writing() && stall > 0 => {
+                    self.drop_output("stopped reading its replies");
+                    return Read::Closed;
+                }
+                _ = tokio::time::sleep(Duration::from_secs(idle)), if idle > 0 => {
+                    let client = self.session.client().id();
+                    tracing::debug!(client, "closing idle client");
+                    return Read::Closed;
+                }
+            };
+            match io {
+                Io::Read(r) => break r,
+                Io::Wrote(Ok(())) => self.release_buffers(),
+                Io::Wrote(Err(_)) => {
+                    self.discard_output();
+                    return Read::Closed;
                 }
             }
         };
@@ -326,26 +469,79 @@ impl<S: Transport> Conn<S> {
         true
     }
 
-    /// Writes the buffered replies once every change they may show is durable.
-    async fn write_out(&mut self) -> std::io::Result<()> {
+    /// Waits until the fate of every change the buffered replies may show is known (a reply
+    /// that shows a change rolled back becomes its error: see gate.rs).
+    async fn settle(&mut self) {
         let proto = self.session.proto();
         self.gate.settle(&self.g, &mut self.out, proto).await;
-        if !self.out.is_empty() {
-            let limit = self.g.config.client_output_timeout;
-            if limit == 0 {
-                self.stream.write_all(&self.out).await?;
-            } else {
-                let client = self.session.client().id();
-                tokio::time::timeout(Duration::from_secs(limit), self.stream.write_all(&self.out))
-                    .await
-                    .map_err(|_| {
-                        tracing::warn!(client, "closing client that stopped reading its replies");
-                        std::io::Error::new(std::io::ErrorKind::TimedOut, "client stopped reading")
-                    })??;
+    }
+
+    /// Writes what the socket takes now of the buffered replies, once the changes they may show
+    /// are settled; the rest goes out while the connection reads on. False when the
+    /// connection is to close: writing failed, or the replies not written passed the output
+    /// buffer limit (they are dropped, as Redis drops a client past its hard limit).
+    async fn send(&mut self) -> bool {
+        self.settle().await;
+        // What the socket takes now: nothing here waits for the client.
+        let wrote = poll_fn(|cx| {
+            while self.writing() {
+                match poll_send(&mut self.stream, &mut self.out, &mut self.unflushed, cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => break,
+                }
             }
-            self.out.clear();
+            Poll::Ready(Ok(()))
+        })
+        .await;
+        self.sent = self.out.len();
+        if wrote.is_err() {
+            self.discard_output();
+            return false;
         }
-        Ok(())
+        let limit = self.g.config.client_output_buffer_limit;
+        if limit > 0 && self.out.len() > limit {
+            self.drop_output("reached the output buffer limit");
+            return false;
+        }
+        true
+    }
+
+    /// Sends the buffered replies (see [`Conn::send`]) once another [`OUT_FLUSH`] of them came
+    /// since the last time. False when the connection is to close (and then marked so).
+    pub async fn send_some(&mut self) -> bool {
+        if self.out.len() < self.sent + OUT_FLUSH {
+            return true;
+        }
+        let sent = self.send().await;
+        if !sent {
+            self.session.close = true;
+        }
+        sent
+    }
+
+    /// Writes what the connection still owes before it closes (a client may send a pipeline and
+    /// close its side at once), for `--client-output-timeout` at most; it reads nothing more.
+    async fn finish(&mut self) {
+        if !self.writing() {
+            return;
+        }
+        self.settle().await;
+        let write = async {
+            self.stream.write_all(&self.out).await?;
+            self.stream.flush().await
+        };
+        // A failed write needs no word: the client is gone.
+        let ended = match self.g.config.client_output_timeout {
+            0 => Some(write.await),
+            secs => tokio::time::timeout(Duration::from_secs(secs), write)
+                .await
+                .ok(),
+        };
+        if ended.is_none() {
+            self.drop_output("stopped reading its replies");
+        }
+        self.discard_output();
     }
 
     /// Buffers a reply, encoded in the session's protocol.
@@ -360,11 +556,24 @@ impl<S: Transport> Conn<S> {
         self.gate.buffered(start, self.out.len(), shard);
     }
 
-    /// Runs every complete request in the input buffer.
+    /// Buffers replies of engine requests run on `shard`, already encoded in the session's
+    /// protocol (a batch's, by its shard): `replies`, each ending at one of `ends`.
+    pub fn push_encoded(&mut self, shard: usize, replies: &[u8], ends: &[usize]) {
+        let base = self.out.len();
+        self.out.extend_from_slice(replies);
+        let mut start = base;
+        for &end in ends {
+            self.gate.buffered(start, base + end, Some(shard));
+            start = base + end;
+        }
+    }
+
+    /// Runs every complete request in the input buffer (none more once the client is killed).
     async fn process<D: Service>(&mut self, service: &mut D) {
         // The replies' room at once, rather than growing it from a few bytes reply by reply.
         self.out.reserve(BUF_START);
-        while !self.session.close {
+        self.sent = self.out.len();
+        while !self.session.close && !self.session.client().is_killed() {
             let authed = self.session.is_authenticated();
             match self
                 .parser
@@ -378,9 +587,8 @@ impl<S: Transport> Conn<S> {
                     self.session.close = true;
                 }
             }
-            if self.out.len() >= OUT_FLUSH && !service.batching() && self.write_out().await.is_err()
-            {
-                self.session.close = true;
+            if !service.batching() && !self.send_some().await {
+                break;
             }
         }
         service.flush(self).await;
@@ -399,30 +607,37 @@ impl<S: Transport> Conn<S> {
                 Some(r) => self.push_from(r, Some(shard)),
                 None => self.session.close = true,
             },
+            Done::Killed => self.session.close = true,
         }
     }
 
-    /// Waits for a parked acquire's reply while watching the socket, kills, CLIENT UNBLOCK and
-    /// shutdown. `None` means the connection is to close (its waiter was removed).
+    /// Waits for a parked acquire's reply while watching the socket (reading, and writing the
+    /// replies before it), kills and shutdown. CLIENT UNBLOCK ends the wait on the unblocker's
+    /// side (dispatch.rs): its reply comes on `rx`. `None` means the connection is to close (its
+    /// waiter was removed).
     async fn wait_parked(
         &mut self,
         shard: usize,
         id: WaiterId,
         mut rx: oneshot::Receiver<Durable<Reply>>,
     ) -> Option<Reply> {
-        if self.write_out().await.is_err() {
+        let client = self.session.client().clone();
+        if !self.send().await {
             self.cancel(shard, id, Cancel::Disconnected).await;
+            client.parking().unpark(id);
             return None;
         }
         self.release_buffers();
-        let client = self.session.client().clone();
+        let stall = self.g.config.client_output_timeout;
         self.session.registration().set_blocked(true);
         let result = loop {
+            let writing = self.writing();
             let ev = tokio::select! {
                 r = &mut rx => Event::Reply(r.ok()),
-                r = fill(&mut self.stream, &mut self.inbuf) => Event::Read(r),
+                io = pump(&mut self.stream, &mut self.inbuf, &mut self.out, &mut self.unflushed) => Event::Io(io),
                 _ = client.woken() => Event::Wake,
                 _ = self.shutdown.wait_for(|s| *s) => Event::Shutdown,
+                _ = tokio::time::sleep(Duration::from_secs(stall)), if writing && stall > 0 => Event::Stalled,
             };
             let gone = match ev {
                 Event::Reply(Some(Durable { value, lsn })) => {
@@ -430,20 +645,21 @@ impl<S: Transport> Conn<S> {
                     break Some(value);
                 }
                 Event::Reply(None) => break None,
-                Event::Read(Ok(0) | Err(_)) | Event::Shutdown => true,
-                Event::Read(Ok(_)) => self.over_query_limit(),
-                Event::Wake if client.is_killed() => true,
-                Event::Wake => {
-                    if let Some(why) = client.take_unblock() {
-                        let why = match why {
-                            Unblock::Timeout => Cancel::UnblockTimeout,
-                            Unblock::Error => Cancel::UnblockError,
-                        };
-                        // The reply (time-out, error, or a grant that came first) arrives on `rx`.
-                        self.cancel(shard, id, why).await;
-                    }
+                Event::Io(Io::Read(Ok(0) | Err(_))) | Event::Shutdown => true,
+                Event::Io(Io::Read(Ok(_))) => self.over_query_limit(),
+                Event::Io(Io::Wrote(Ok(()))) => {
+                    self.release_buffers();
                     false
                 }
+                Event::Io(Io::Wrote(Err(_))) => {
+                    self.discard_output();
+                    true
+                }
+                Event::Stalled => {
+                    self.drop_output("stopped reading its replies");
+                    true
+                }
+                Event::Wake => client.is_killed(),
             };
             if gone {
                 self.cancel(shard, id, Cancel::Disconnected).await;
@@ -451,11 +667,13 @@ impl<S: Transport> Conn<S> {
             }
         };
         self.session.registration().set_blocked(false);
+        client.parking().unpark(id);
         result
     }
 
-    /// Takes a parked acquire out of shard `shard`'s queue.
-    async fn cancel(&self, shard: usize, waiter: WaiterId, why: Cancel) -> bool {
+    /// Takes a parked acquire out of shard `shard`'s queue, as `why` says; whether it was still
+    /// parked there (a grant or a time-out may have ended it first).
+    pub async fn cancel(&self, shard: usize, waiter: WaiterId, why: Cancel) -> bool {
         if shard == self.ctx.id {
             return self.ctx.cancel(waiter, why);
         }

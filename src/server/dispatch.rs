@@ -4,17 +4,26 @@
 //!
 //! - an engine command on its namespace's shard: inline when that is this thread's shard, else
 //!   sent to the other thread; consecutive non-blocking commands for one other shard travel as
-//!   one message (a batch), flushed before anything else is answered;
+//!   one message (a batch), flushed before anything else is answered, whose replies come back
+//!   encoded, a piece of about `OUT_FLUSH` at a time;
+//! - CLIENT KILL, ACL DELUSER and CLIENT UNBLOCK end parked acquires on their shards, and wait
+//!   for it, before they are answered: a release right behind them frees no permit for a
+//!   waiter that is gone;
 //! - NS.LIST and INFO on every shard at once, their parts merged;
 //! - the rest on the connection's session (surface.rs);
 //! - MULTI / EXEC / DISCARD through multi.rs, which decides what EXEC runs.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
+
 use bytes::Bytes;
 
-use super::conn::{Conn, Service, Transport};
+use super::conn::{Conn, Service, Transport, OUT_FLUSH};
 use super::info;
-use super::msg::{Done, Durable, ShardMsg};
+use super::memory;
+use super::msg::{Done, Durable, Ran, ShardMsg};
 use super::multi::{self, Step, Transaction};
+use super::parking::Parking;
 use super::session::check_permissions;
 use super::surface;
 use crate::command::table::Flag;
@@ -22,6 +31,7 @@ use crate::command::{self, Cmd, Request, SessionRequest};
 use crate::engine::page::Page;
 use crate::engine::request::EngineRequest;
 use crate::engine::shard::{merge_ns_pages, ns_page_reply};
+use crate::engine::Cancel;
 use crate::error::Error;
 use crate::protocol::Reply;
 
@@ -33,7 +43,7 @@ const DEBUG_NOT_ALLOWED: &str = "DEBUG command not allowed. If the enable-debug-
 pub struct Dispatch {
     /// Non-blocking requests for shard `batch_shard`, not sent yet.
     batch_shard: usize,
-    batch: Vec<EngineRequest>,
+    batch: VecDeque<EngineRequest>,
     /// The transaction being queued.
     multi: Option<Transaction>,
 }
@@ -61,6 +71,16 @@ impl Service for Dispatch {
             if let Some(e) = denied {
                 return self.reject(conn, e, true).await;
             }
+        }
+        // Past --maxmemory: what would add state is refused, and so is queueing anything into a
+        // transaction (the queue grows), as Redis does; EXEC, DISCARD, QUIT and RESET always go
+        // through.
+        let ends = matches!(spec.cmd, Cmd::Exec | Cmd::Discard | Cmd::Quit | Cmd::Reset);
+        let queues = self.multi.is_some() && !ends;
+        if (spec.flags.has(Flag::DenyOom) || queues) && conn.g.memory.exceeded() {
+            return self
+                .reject(conn, Error::Oom(memory::OOM.into()), true)
+                .await;
         }
         match spec.cmd {
             Cmd::Multi => {
@@ -144,26 +164,43 @@ impl Dispatch {
                 self.flush_batch(conn).await;
             }
             self.batch_shard = shard;
-            self.batch.push(r);
+            self.batch.push_back(r);
         }
     }
 
-    /// Sends the pending batch to its shard and buffers its replies.
+    /// Sends the pending batch to its shard and buffers its replies. The shard runs it until
+    /// the replies reach `OUT_FLUSH` bytes and sends back what is left, which goes again once
+    /// those replies are buffered (and written as far as the client reads them): what a
+    /// pipeline for another shard builds before a write is one piece, not all of its replies.
     async fn flush_batch<S: Transport>(&mut self, conn: &mut Conn<S>) {
-        if self.batch.is_empty() {
-            return;
-        }
-        let reqs = std::mem::take(&mut self.batch);
-        let n = reqs.len();
+        let mut reqs = std::mem::take(&mut self.batch);
         let shard = self.batch_shard;
-        let results = remote(conn, shard, reqs, true).await;
-        let missing = n - results.len();
-        for d in results {
-            conn.answer(shard, d).await;
+        while !reqs.is_empty() {
+            let n = reqs.len();
+            let proto = conn.session.proto();
+            let msg = |reply| ShardMsg::Batch {
+                reqs,
+                proto,
+                budget: OUT_FLUSH,
+                reply,
+            };
+            let Some(Durable { value, lsn }) = conn.g.ask(shard, msg).await else {
+                for _ in 0..n {
+                    conn.push(shutting_down());
+                }
+                return;
+            };
+            let Ran { out, ends, rest } = value;
+            conn.note(shard, lsn);
+            conn.push_encoded(shard, &out, &ends);
+            if !conn.send_some().await {
+                // The client is closed (past its output limit): the rest never runs.
+                return;
+            }
+            reqs = rest;
         }
-        for _ in 0..missing {
-            conn.push(shutting_down());
-        }
+        // The room the batch grew to stays for the next one.
+        self.batch = reqs;
     }
 
     /// Runs a request that is not an engine command of one namespace; `None` when nothing is
@@ -176,11 +213,12 @@ impl Dispatch {
                 let shard = r.namespace().map_or(conn.ctx.id, |ns| conn.g.shard_of(ns));
                 match one(conn, shard, r, false).await {
                     Done::Reply(reply) => reply,
-                    // may_wait is false: it does not park.
-                    Done::Parked(..) => shutting_down(),
+                    // may_wait is false: it does not park, nor is refused for a kill.
+                    Done::Parked(..) | Done::Killed => shutting_down(),
                 }
             }
             Request::Info(sections) => info_reply(conn, &sections).await,
+            Request::ClientUnblock { id, error } => unblock(conn, id, error).await,
             // `command` runs these before anything is parsed or queued, so EXEC's queue never
             // holds one; were one to get here, the client gets Redis's answer to a nested one.
             Request::Txn(_) => Reply::Error(Error::Err(
@@ -191,7 +229,17 @@ impl Dispatch {
                 conn.session.client().set_multi(None);
                 return surface::run(&mut conn.session, &conn.g, SessionRequest::Reset);
             }
-            Request::Session(req) => return surface::run(&mut conn.session, &conn.g, req),
+            Request::Session(req) => {
+                let kills = matches!(
+                    req,
+                    SessionRequest::ClientKill(_) | SessionRequest::AclDelUser(_)
+                );
+                let reply = surface::run(&mut conn.session, &conn.g, req);
+                if kills {
+                    end_killed_waiters(conn).await;
+                }
+                return reply;
+            }
         })
     }
 
@@ -203,13 +251,17 @@ impl Dispatch {
             Ok(tx) => tx,
             Err(reply) => return conn.push(reply),
         };
+        if tx.adds_state() && conn.g.memory.exceeded() {
+            let why = format!("Transaction discarded because of: OOM {}", memory::OOM);
+            return conn.push(Reply::Error(Error::ExecAbort(why)));
+        }
         let user = conn.session.current_user(&conn.g.acl).cloned();
         let plan = match tx.plan(user.as_ref(), &conn.g) {
             Ok(p) => p,
             Err(reply) => return conn.push(reply),
         };
         let mut engine_done = match plan.shard {
-            Some(s) => on_shard(conn, s, plan.engine, false).await,
+            Some(s) => on_shard(conn, s, plan.engine).await,
             None => Vec::new(),
         }
         .into_iter();
@@ -218,8 +270,8 @@ impl Dispatch {
             let reply = match step {
                 Step::Engine => match engine_done.next() {
                     Some(Done::Reply(r)) => r,
-                    // may_wait is false: nothing parks inside a transaction.
-                    Some(Done::Parked(..)) | None => shutting_down(),
+                    // No parker: nothing parks inside a transaction, nor is refused for a kill.
+                    Some(Done::Parked(..) | Done::Killed) | None => shutting_down(),
                 },
                 Step::Failed(e) => Reply::Error(e),
                 Step::Run(req) => self.other(conn, req).await.unwrap_or(Reply::OK),
@@ -240,10 +292,13 @@ async fn one<S: Transport>(
     may_wait: bool,
 ) -> Done {
     if shard != conn.ctx.id {
-        let mut done = remote(conn, shard, vec![r], may_wait).await;
+        let parker = may_wait.then(|| conn.session.client().parking().clone());
+        let mut done = remote(conn, shard, vec![r], parker).await;
         return done.pop().unwrap_or_else(|| Done::Reply(shutting_down()));
     }
-    let done = conn.ctx.exec(r, may_wait);
+    let done = conn
+        .ctx
+        .exec(r, may_wait.then(|| conn.session.client().parking()));
     conn.note(shard, conn.ctx.last_lsn());
     done
 }
@@ -254,27 +309,26 @@ async fn on_shard<S: Transport>(
     conn: &mut Conn<S>,
     shard: usize,
     reqs: Vec<EngineRequest>,
-    may_wait: bool,
 ) -> Vec<Done> {
     if shard != conn.ctx.id {
-        return remote(conn, shard, reqs, may_wait).await;
+        return remote(conn, shard, reqs, None).await;
     }
-    let done = conn.ctx.exec_batch(reqs, may_wait);
+    let done = conn.ctx.exec_batch(reqs, None);
     conn.note(shard, conn.ctx.last_lsn());
     done
 }
 
-/// Runs requests on another shard; their replies come back as one message (none when the shard
-/// is gone, at shutdown).
+/// Runs requests on another shard, an acquire parking for `parker` if given; their replies come
+/// back as one message (none when the shard is gone, at shutdown).
 async fn remote<S: Transport>(
     conn: &mut Conn<S>,
     shard: usize,
     reqs: Vec<EngineRequest>,
-    may_wait: bool,
+    parker: Option<Arc<Parking>>,
 ) -> Vec<Done> {
     let msg = |reply| ShardMsg::Exec {
         reqs,
-        may_wait,
+        parker,
         reply,
     };
     match conn.g.ask(shard, msg).await {
@@ -313,6 +367,31 @@ async fn info_reply<S: Transport>(conn: &Conn<S>, sections: &[Bytes]) -> Reply {
     let parts: Vec<_> = answers.into_iter().map(|(_, p)| p).collect();
     let totals = info::sum(&parts);
     Reply::Verbatim(info::info_text(&conn.g, sections, totals).into())
+}
+
+/// Ends, each on its shard, the parked acquires of the clients a kill just marked, and waits
+/// for the shards' answers, so that no command after the kill can grant them (the kill marked
+/// them first: parking.rs says why every waiter is found here or never left parked).
+async fn end_killed_waiters<S: Transport>(conn: &Conn<S>) {
+    for (shard, waiter) in conn.g.clients.killed_parked() {
+        conn.cancel(shard, waiter, Cancel::Disconnected).await;
+    }
+}
+
+/// CLIENT UNBLOCK: ends the client's parked acquire on its shard as a time-out (or with the
+/// UNBLOCKED error) and answers 1 only when this ended it: the waiter was still parked, not
+/// granted or timed out first. Its reply then reaches the client as any parked reply does.
+async fn unblock<S: Transport>(conn: &Conn<S>, id: u64, error: bool) -> Reply {
+    let why = if error {
+        Cancel::UnblockError
+    } else {
+        Cancel::UnblockTimeout
+    };
+    let ended = match conn.g.clients.get(id).and_then(|c| c.parking().parked()) {
+        Some((shard, waiter)) => conn.cancel(shard, waiter, why).await,
+        None => false,
+    };
+    Reply::Int(i64::from(ended))
 }
 
 fn shutting_down() -> Reply {

@@ -3,18 +3,21 @@
 //! change (the shutdown flag, the durable LSNs, the engine's server-wide counters) is private,
 //! behind the methods of that party.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::futures::Notified;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::acl::Acl;
 use super::clients::Registry;
+use super::memory::MemoryLimit;
 use super::msg::{ShardMsg, ThreadMsg};
+use super::topology::Topology;
 use crate::config::Config;
-use crate::engine::types::{Limits, Name};
+use crate::engine::types::{Limits, Name, Nanos};
 use crate::error::Error;
 use crate::protocol::RequestLimits;
 
@@ -80,8 +83,12 @@ pub struct Global {
     pub acl: Acl,
     /// TLS settings of `--tls-port`.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// `--maxmemory`, and whether it is exceeded.
+    pub memory: MemoryLimit,
     /// The port listened on (`--port 0` picks one).
     pub port: u16,
+    /// The cluster as this node knows it.
+    pub topology: Topology,
     /// When the server was ready to serve (after loading its data).
     pub started: Instant,
     inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
@@ -99,6 +106,8 @@ pub struct Global {
     /// connections it handed over (socket registrations, messages) is freed by the shards or on
     /// its own next turn, and an idle thread would keep those pages.
     trim_acceptor: Notify,
+    /// Added to the system clock: only `DEBUG CLOCK-STEP` sets it, to test clock steps.
+    clock_offset: AtomicI64,
 }
 
 impl Global {
@@ -108,16 +117,19 @@ impl Global {
         acl: Acl,
         tls: Option<Arc<rustls::ServerConfig>>,
         port: u16,
+        topology: Topology,
         inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
     ) -> Global {
         Global {
             limits: Arc::new(config.limits()),
             request_limits: config.request_limits(),
+            memory: MemoryLimit::new(config.maxmemory),
             config,
             clients: Registry::default(),
             acl,
             tls,
             port,
+            topology,
             started: Instant::now(),
             durable: inboxes
                 .iter()
@@ -129,7 +141,22 @@ impl Global {
             namespace_count: Arc::new(AtomicUsize::new(0)),
             waiter_count: Arc::new(AtomicUsize::new(0)),
             trim_acceptor: Notify::new(),
+            clock_offset: AtomicI64::new(0),
         }
+    }
+
+    /// The wall clock, in nanoseconds since the Unix epoch: what the shards' clocks read.
+    pub fn wall_nanos(&self) -> Nanos {
+        let system = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as Nanos);
+        system + self.clock_offset.load(Ordering::Relaxed)
+    }
+
+    /// Moves the server's wall clock `by` (`DEBUG CLOCK-STEP`), as an NTP step moves the
+    /// system's.
+    pub fn step_clock(&self, by: Nanos) {
+        self.clock_offset.fetch_add(by, Ordering::Relaxed);
     }
 
     /// How many shards (and shard threads) the server runs.

@@ -3,7 +3,9 @@
 use bytes::Bytes;
 
 use super::global::Global;
+use super::memory;
 use super::msg::ShardInfo;
+use super::topology::{self, Topology};
 use crate::engine::{Counts, Stats};
 use crate::persist::PersistStats;
 use crate::protocol::{Proto, Reply};
@@ -87,13 +89,6 @@ fn write_error(errno: i32) -> String {
     }
 }
 
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
-}
-
 const SECTIONS: &[&str] = &[
     "server",
     "clients",
@@ -102,6 +97,7 @@ const SECTIONS: &[&str] = &[
     "stats",
     "replication",
     "semaphores",
+    "cluster",
     "keyspace",
 ];
 
@@ -126,7 +122,14 @@ pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
         let mut title = section.to_string();
         title[..1].make_ascii_uppercase();
         out.push_str(&format!("# {title}\r\n"));
-        for (k, v) in section_fields(g, section, &totals) {
+        let fields = match section {
+            "replication" => g.topology.info_replication(),
+            _ => section_fields(g, section, &totals)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        };
+        for (k, v) in fields {
             out.push_str(&format!("{k}:{v}\r\n"));
         }
     }
@@ -140,7 +143,7 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
         "server" => vec![
             ("redis_version", REDIS_COMPAT_VERSION.into()),
             ("permitd_version", VERSION.into()),
-            ("redis_mode", "standalone".into()),
+            ("redis_mode", topology::MODE.into()),
             ("os", std::env::consts::OS.into()),
             ("arch_bits", "64".into()),
             ("multiplexing_api", "epoll".into()),
@@ -163,11 +166,11 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
             ("blocked_clients", g.clients.blocked().to_string()),
         ],
         "memory" => {
-            let rss = rss_bytes();
+            let rss = memory::rss_bytes();
             vec![
                 ("used_memory", rss.to_string()),
                 ("used_memory_rss", rss.to_string()),
-                ("maxmemory", "0".into()),
+                ("maxmemory", g.memory.limit().to_string()),
             ]
         }
         "persistence" => vec![
@@ -211,7 +214,7 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
             ("leases_expired", s.leases_expired.to_string()),
             ("clients_unblocked", s.clients_unblocked.to_string()),
         ],
-        "replication" => vec![("role", "master".into()), ("connected_slaves", "0".into())],
+        "cluster" => vec![("cluster_enabled", "1".into())],
         "semaphores" => vec![
             ("namespaces", c.namespaces.to_string()),
             ("semaphores", c.semaphores.to_string()),
@@ -247,15 +250,16 @@ pub fn config_get(g: &Global, patterns: &[Bytes]) -> Reply {
     Reply::Map(pairs)
 }
 
-/// The HELLO reply: who answers, the protocol now spoken, the client's id.
-pub fn hello(client_id: u64, proto: Proto) -> Reply {
+/// The HELLO reply: who answers, the protocol now spoken, the client's id, and this node's
+/// place in the cluster.
+pub fn hello(client_id: u64, proto: Proto, topology: &Topology) -> Reply {
     Reply::fields(vec![
         ("server", Reply::text("permitd")),
         ("version", Reply::text(REDIS_COMPAT_VERSION)),
         ("proto", Reply::Int(proto.number())),
         ("id", Reply::Int(client_id as i64)),
-        ("mode", Reply::text("standalone")),
-        ("role", Reply::text("master")),
+        ("mode", Reply::text(topology::MODE)),
+        ("role", Reply::text(topology.role_name())),
         ("modules", Reply::Array(Vec::new())),
     ])
 }

@@ -11,6 +11,7 @@ use super::acl::Acl;
 use super::clients::is_local;
 use super::global::Global;
 use super::msg::ThreadMsg;
+use super::topology::{NodeId, Topology};
 use super::{thread, tls};
 use crate::config::Config;
 
@@ -65,7 +66,20 @@ pub fn run(config: Config) -> std::io::Result<()> {
         senders.push(tx);
         inboxes.push(rx);
     }
-    let global = Arc::new(Global::new(config, acl, tls, local.port(), senders));
+    let tls_port = match &tls_listener {
+        Some(l) => Some(l.local_addr()?.port()),
+        None => None,
+    };
+    let id = NodeId::derive(&config.dir, local.port());
+    let topology = Topology::single(id, local.port(), tls_port);
+    let global = Arc::new(Global::new(
+        config,
+        acl,
+        tls,
+        local.port(),
+        topology,
+        senders,
+    ));
     let mut threads = Vec::with_capacity(n);
     for ((id, rx), state) in inboxes.into_iter().enumerate().zip(loaded.shards) {
         let store = crate::persist::Store::open(

@@ -1,9 +1,10 @@
 //! The network server: listener, shard threads, connections, timers.
 //!
 //! Its files depend on each other one way, each only on those listed before it:
-//! `acl`, `background`, `clients`, `tls` (leaves); `session` (who a connection is logged in as);
-//! `msg` (what the threads send each other); `global` (state every thread shares); `gate` (a
-//! connection's replies held until their changes are durable); `info`
+//! `acl`, `background`, `parking`, `tls`, `topology` (leaves); `clients` (the client registry);
+//! `session` (who a connection is logged in as); `msg` (what the threads send each other);
+//! `global` (state every thread shares); `gate` (a connection's replies held until their
+//! changes are durable); `info`
 //! (INFO and CONFIG GET text); `worker` (an engine shard's runtime); `surface` (the Redis
 //! surface commands over a session); `multi` (transactions); `conn` (a connection's I/O, and
 //! the interface it runs requests through); `dispatch` (routing each request: the
@@ -13,18 +14,22 @@
 pub mod acl;
 pub mod background;
 pub mod clients;
+mod clock;
 pub mod conn;
 mod dispatch;
 mod gate;
 mod global;
 pub mod info;
 mod listener;
+mod memory;
 mod msg;
 mod multi;
+mod parking;
 mod session;
 mod surface;
 mod thread;
 pub mod tls;
+pub mod topology;
 mod worker;
 
 pub use listener::run;

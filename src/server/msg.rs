@@ -1,18 +1,21 @@
 //! What travels between the server's threads: the messages of a shard thread's inbox
 //! (connections to serve, requests for its engine shard) and the answers they carry back.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use tokio::sync::oneshot;
 
 use super::acl::User;
+use super::parking::Parking;
 use super::session::Session;
 use crate::engine::page::{Page, PageOf};
 use crate::engine::request::EngineRequest;
 use crate::engine::types::Name;
 use crate::engine::{Cancel, Counts, Stats, WaiterId};
 use crate::persist::PersistStats;
-use crate::protocol::Reply;
+use crate::protocol::{Proto, Reply};
 
 /// A shard thread's inbox message.
 #[derive(Debug)]
@@ -57,6 +60,19 @@ pub enum Done {
     Reply(Reply),
     /// Parked: the reply comes on the receiver; the id cancels it.
     Parked(oneshot::Receiver<Durable<Reply>>, WaiterId),
+    /// Not run, or taken out of its queue as it parked: its client was killed meanwhile.
+    Killed,
+}
+
+/// What a shard ran of a batch: the replies, encoded, and the requests left for another trip.
+#[derive(Debug)]
+pub struct Ran {
+    /// The replies of the requests run, in order, in the connection's protocol.
+    pub out: BytesMut,
+    /// Where each reply ends in `out` (the connection's durability gate marks each one).
+    pub ends: Vec<usize>,
+    /// The requests not run yet, because the replies reached the batch's budget.
+    pub rest: VecDeque<EngineRequest>,
 }
 
 /// A request for a shard thread's engine shard; each carries the channel of its answer.
@@ -66,10 +82,22 @@ pub enum ShardMsg {
     Exec {
         /// Requests, all for namespaces of this shard.
         reqs: Vec<EngineRequest>,
-        /// False inside MULTI: acquires never wait.
-        may_wait: bool,
+        /// The client an acquire may park for (`None` inside MULTI: acquires never wait).
+        parker: Option<Arc<Parking>>,
         /// Results, one per request run.
         reply: oneshot::Sender<Durable<Vec<Done>>>,
+    },
+    /// Run non-blocking requests in order until their encoded replies reach `budget` bytes (at
+    /// least one runs), so that what a batch builds before the connection writes is bounded.
+    Batch {
+        /// Requests, all for namespaces of this shard; none may park.
+        reqs: VecDeque<EngineRequest>,
+        /// The connection's protocol, to encode the replies in.
+        proto: Proto,
+        /// Bytes of replies after which the shard stops.
+        budget: usize,
+        /// What ran.
+        reply: oneshot::Sender<Durable<Ran>>,
     },
     /// Take a parked acquire out of its queue.
     Cancel {

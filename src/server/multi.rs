@@ -101,6 +101,14 @@ impl Transaction {
         Reply::Simple("QUEUED")
     }
 
+    /// Whether a queued command may add state (flag `denyoom`): past `--maxmemory`, EXEC
+    /// refuses the whole transaction, as Redis does.
+    pub fn adds_state(&self) -> bool {
+        self.queued
+            .iter()
+            .any(|(spec, _)| spec.flags.has(Flag::DenyOom))
+    }
+
     /// A command was refused while queueing: EXEC will refuse the transaction.
     pub fn abort(&mut self) {
         self.dirty = true;

@@ -1,19 +1,24 @@
 //! The Redis surface commands: PING, AUTH, HELLO, CLIENT *, COMMAND *, CONFIG GET, ACL *,
-//! SHUTDOWN, DEBUG, ... They run on the connection's [`Session`] and the shared state, on the
-//! connection's own thread, and never wait: what needs the shards (NS.LIST, INFO) is
-//! dispatch.rs's.
+//! CLUSTER * and ROLE (rendered by topology.rs), TIME, SHUTDOWN, DEBUG, ... They run on the
+//! connection's [`Session`] and the shared state, on the connection's own thread, and never
+//! wait: what needs the shards (NS.LIST, INFO) is dispatch.rs's.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
 use super::acl;
-use super::clients::Unblock;
+use super::clients::Client;
 use super::global::Global;
 use super::info;
 use super::session::Session;
-use crate::command::{docs, KillFilter, SessionRequest as Request};
+use super::topology::Viewer;
+use crate::command::{
+    docs, table, ClientListing, ClientType, KillFilter, ListFilter, SessionRequest as Request,
+};
 use crate::error::Error;
+use crate::glob;
 use crate::protocol::{Proto, Reply};
 
 /// Runs a connection- or server-level command; `None` when nothing is to be answered.
@@ -58,26 +63,9 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
             Reply::OK
         }
         Request::ClientInfo => Reply::Verbatim(format!("{}\n", s.client().info_line()).into()),
-        Request::ClientList(ids) => {
-            let mut text = String::new();
-            for c in g.clients.all() {
-                if ids.as_ref().is_none_or(|ids| ids.contains(&c.id())) {
-                    text.push_str(&c.info_line());
-                    text.push('\n');
-                }
-            }
-            Reply::Verbatim(text.into())
-        }
+        Request::ClientList(listing) => client_list(g, &listing),
         Request::ClientKill(f) => client_kill(s, g, &f),
-        Request::ClientUnblock { id, error } => {
-            let why = if error {
-                Unblock::Error
-            } else {
-                Unblock::Timeout
-            };
-            let unblocked = g.clients.get(id).is_some_and(|c| c.request_unblock(why));
-            Reply::Int(i64::from(unblocked))
-        }
+        Request::Accepted => Reply::OK,
         Request::ClientUnsupported(what) => Reply::Error(Error::Err(format!(
             "permitd does not support {what} (CLIENT TRACKING and related subcommands)"
         ))),
@@ -85,7 +73,7 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         Request::CommandCount => docs::count_reply(),
         Request::CommandInfo(names) => docs::info_reply(&names),
         Request::CommandDocs(names) => docs::docs_reply(&names),
-        Request::CommandList => docs::list_reply(),
+        Request::CommandList(filter) => command_list(filter),
         Request::CommandGetKeys(argv) => docs::getkeys_reply(&argv).into(),
         Request::ConfigGet(patterns) => info::config_get(g, &patterns),
         Request::AclSetUser(name, rules) => g.acl.setuser(&name, &rules).map(|()| Reply::OK).into(),
@@ -116,6 +104,14 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         }
         Request::AclLoad => g.acl.load().map(|()| Reply::OK).into(),
         Request::AclSave => g.acl.save().map(|()| Reply::OK).into(),
+        Request::Time => time(),
+        Request::Role => g.topology.role(),
+        Request::ClusterSlots => g.topology.cluster_slots(viewer(s, g)),
+        Request::ClusterShards => g.topology.cluster_shards(viewer(s, g)),
+        Request::ClusterNodes => Reply::Verbatim(g.topology.cluster_nodes(viewer(s, g)).into()),
+        Request::ClusterInfo => Reply::Verbatim(g.topology.cluster_info().into()),
+        Request::ClusterMyId => Reply::bulk(g.topology.my_id().as_str().to_owned()),
+        Request::ClusterKeySlot(slot) => Reply::Int(i64::from(slot)),
         Request::Shutdown => {
             tracing::info!(client = s.client().id(), "User requested shutdown...");
             g.begin_shutdown();
@@ -124,6 +120,15 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         }
         Request::DebugPanic => debug_panic(),
         Request::DebugHelp => Reply::Array(DEBUG_HELP.iter().map(|l| Reply::Simple(l)).collect()),
+        Request::DebugClockStep(by) => {
+            tracing::warn!(
+                client = s.client().id(),
+                step_ms = by / 1_000_000,
+                "DEBUG CLOCK-STEP"
+            );
+            g.step_clock(by);
+            Reply::OK
+        }
     })
 }
 
@@ -141,6 +146,8 @@ const DEBUG_HELP: &[&str] = &[
     "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "PANIC",
     "    Crash the server (the process exits; a restart replays its log).",
+    "CLOCK-STEP <seconds>",
+    "    Move the server's wall clock by <seconds> (negative: back), as an NTP step would.",
     "HELP",
     "    Print this help.",
 ];
@@ -175,12 +182,42 @@ fn hello(
         s.client().set_name(n);
     }
     s.set_proto(p);
-    info::hello(s.client().id(), p)
+    info::hello(s.client().id(), p, &g.topology)
 }
 
-fn client_kill(s: &Session, g: &Global, f: &KillFilter) -> Reply {
-    let me = s.client().id();
-    let killed = g.clients.kill_where(|c| {
+/// Whether a client of this server is of type `kind` (any type when `None`). Every client is a
+/// normal one: permitd has no pub/sub, and no replica or master talks to it over a client
+/// connection.
+fn of_type(kind: Option<ClientType>) -> bool {
+    kind.is_none_or(|k| k == ClientType::Normal)
+}
+
+fn client_list(g: &Global, listing: &ClientListing) -> Reply {
+    let clients: Vec<Arc<Client>> = match listing {
+        ClientListing::Type(kind) if of_type(*kind) => g.clients.all(),
+        ClientListing::Type(_) => Vec::new(),
+        ClientListing::Ids(ids) => ids.iter().filter_map(|&id| g.clients.get(id)).collect(),
+    };
+    let mut text = String::new();
+    for c in clients {
+        text.push_str(&c.info_line());
+        text.push('\n');
+    }
+    Reply::Verbatim(text.into())
+}
+
+/// CLIENT KILL. The caller, when it matches and SKIPME does not spare it, is not killed at once
+/// like the others but closed once its reply is written, as Redis closes it after the reply.
+fn client_kill(s: &mut Session, g: &Global, f: &KillFilter) -> Reply {
+    if let Some(u) = &f.user {
+        if g.acl.get(&String::from_utf8_lossy(u)).is_none() {
+            return Reply::Error(Error::Err(format!(
+                "No such user '{}'",
+                String::from_utf8_lossy(u)
+            )));
+        }
+    }
+    let matches = |c: &Client| {
         f.id.is_none_or(|id| id == c.id())
             && f.addr
                 .as_ref()
@@ -189,15 +226,58 @@ fn client_kill(s: &Session, g: &Global, f: &KillFilter) -> Reply {
                 .as_ref()
                 .is_none_or(|a| a.as_ref() == c.laddr().to_string().as_bytes())
             && f.user.as_ref().is_none_or(|u| *u == c.user())
-            && !(f.skipme && c.id() == me)
-    }) as i64;
+            && of_type(f.kind)
+    };
+    let me = s.client().clone();
+    let others = g.clients.kill_where(|c| c.id() != me.id() && matches(c));
+    let itself = !f.skipme && matches(&me);
+    if itself {
+        s.close = true;
+    }
+    let killed = others + usize::from(itself);
     if f.old_form {
         if killed == 0 {
             return Reply::Error(Error::Err("No such client".into()));
         }
         return Reply::OK;
     }
-    Reply::Int(killed)
+    Reply::Int(killed as i64)
+}
+
+/// COMMAND LIST: every command and subcommand by its full name (`client|kill`), or those the
+/// filter keeps.
+fn command_list(filter: Option<ListFilter>) -> Reply {
+    let names: Vec<&'static str> = match filter {
+        None => table::all_specs().map(|c| c.name).collect(),
+        // No module is ever loaded.
+        Some(ListFilter::Module) => Vec::new(),
+        Some(ListFilter::AclCat(cat)) => acl::commands_in(&cat),
+        Some(ListFilter::Pattern(p)) => {
+            // Redis matches without case; every name is lowercase.
+            let p = p.to_ascii_lowercase();
+            table::all_specs()
+                .filter(|c| glob::matches(&p, c.name.as_bytes()))
+                .map(|c| c.name)
+                .collect()
+        }
+    };
+    Reply::Array(names.into_iter().map(Reply::text).collect())
+}
+
+/// TIME: Unix seconds and the microseconds into the second, as bulk strings (as Redis).
+fn time() -> Reply {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::bulk(now.as_secs().to_string()),
+        Reply::bulk(now.subsec_micros().to_string()),
+    ])
+}
+
+/// The asking client, for the topology replies that name this node's address.
+fn viewer(s: &Session, g: &Global) -> Viewer {
+    g.topology.viewer(s.client().laddr())
 }
 
 /// An array of bulk strings.

@@ -12,25 +12,28 @@
 //! other failed write or sync stops the server.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::fmt::Display;
 use std::fs::File;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::{oneshot, Notify};
 
 use super::background::Background;
+use super::clock::{Clock, Reading};
 use super::global::Global;
-use super::msg::{Done, Durable, ShardInfo, ShardMsg};
+use super::msg::{Done, Durable, Ran, ShardInfo, ShardMsg};
+use super::parking::Parking;
 use crate::engine::request::EngineRequest;
 use crate::engine::room::{shrink_map, FastMap};
 use crate::engine::types::{Name, Nanos};
 use crate::engine::{Cancel, Exec, Shard, WaiterId};
 use crate::error::Error;
 use crate::persist::{self, Batch, Fsync, ShardState, Store, WriteError};
-use crate::protocol::Reply;
+use crate::protocol::{Proto, Reply};
 
 /// How often a shard whose data directory is full tries its log again.
 const RETRY: Duration = Duration::from_secs(1);
@@ -97,16 +100,10 @@ pub struct ShardCtx {
     flush_wake: Notify,
     /// The deadline the timer task sleeps until (None: no deadline).
     scheduled: Cell<Option<Nanos>>,
-    last_now: Cell<Nanos>,
+    /// The engine's `now`, and the wall clock's forward steps.
+    clock: Clock,
     /// Commands run by this thread's connections (per thread: no shared counter to contend on).
     commands: Cell<u64>,
-}
-
-/// Wall-clock nanoseconds since the Unix epoch.
-fn wall_nanos() -> Nanos {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as Nanos)
 }
 
 impl ShardCtx {
@@ -151,7 +148,7 @@ impl ShardCtx {
             timer_wake: Notify::new(),
             flush_wake: Notify::new(),
             scheduled: Cell::new(None),
-            last_now: Cell::new(0),
+            clock: Clock::default(),
             commands: Cell::new(0),
         });
         tokio::task::spawn_local(ctx.clone().timer_loop());
@@ -167,31 +164,51 @@ impl ShardCtx {
         self.commands.set(self.commands.get() + 1);
     }
 
-    /// The engine's `now`: the wall clock, never moving backwards on this shard.
+    /// The engine's `now` (see clock.rs). After a forward step of the wall clock, the engine's
+    /// lease deaths and deadlines move with it before anything runs at the new `now`; every
+    /// caller settles, which journals the shift.
     fn now(&self) -> Nanos {
-        let now = wall_nanos().max(self.last_now.get());
-        self.last_now.set(now);
+        let Reading { now, step } = self.clock.read(self.global.wall_nanos());
+        if let Some(by) = step {
+            tracing::warn!(
+                shard = self.id,
+                step_ms = by / 1_000_000,
+                "the wall clock stepped forward: every lease and acquire time-out moves with it"
+            );
+            self.engine.borrow_mut().shift_time(now, by);
+        }
         now
     }
 
-    /// Runs one request of this shard's namespaces.
-    pub fn exec(&self, req: EngineRequest, may_wait: bool) -> Done {
-        let done = self.exec_at(self.now(), req, may_wait);
+    /// Runs one request of this shard's namespaces; an acquire may park for `parker`.
+    pub fn exec(&self, req: EngineRequest, parker: Option<&Arc<Parking>>) -> Done {
+        let done = self.exec_at(self.now(), req, parker);
         self.settle();
         done
     }
 
     /// Runs one request at `now`; the caller settles. A change is refused while the disk
-    /// cannot take it.
-    fn exec_at(&self, now: Nanos, req: EngineRequest, may_wait: bool) -> Done {
+    /// cannot take it. An acquire parks only for a `parker`, and one whose client was killed
+    /// (by another thread, which then cancels what it finds parked) runs nothing, or leaves the
+    /// queue at once if the kill came as it parked.
+    fn exec_at(&self, now: Nanos, req: EngineRequest, parker: Option<&Arc<Parking>>) -> Done {
+        if parker.is_some_and(|p| p.is_killed()) {
+            return Done::Killed;
+        }
         if req.is_write() {
             if let Some(e) = self.disk.borrow().refusal() {
                 return Done::Reply(Reply::Error(e.clone()));
             }
         }
-        match self.engine.borrow_mut().execute(now, req, may_wait) {
+        match self.engine.borrow_mut().execute(now, req, parker.is_some()) {
             Exec::Reply(r) => Done::Reply(r),
             Exec::Parked(id) => {
+                if !parker.is_some_and(|p| p.park(self.id, id)) {
+                    self.engine
+                        .borrow_mut()
+                        .cancel(now, id, Cancel::Disconnected);
+                    return Done::Killed;
+                }
                 let (tx, rx) = oneshot::channel();
                 self.parked.borrow_mut().insert(id, Parked { tx, lsn: 0 });
                 self.just_parked.set(Some(id));
@@ -203,11 +220,11 @@ impl ShardCtx {
     /// Runs requests in order, stopping after the first that parks. They all run at one
     /// instant: nothing (an expiry, a time-out) happens between two of them, which is what makes
     /// a MULTI/EXEC atomic.
-    pub fn exec_batch(&self, reqs: Vec<EngineRequest>, may_wait: bool) -> Vec<Done> {
+    pub fn exec_batch(&self, reqs: Vec<EngineRequest>, parker: Option<&Arc<Parking>>) -> Vec<Done> {
         let now = self.now();
         let mut out = Vec::with_capacity(reqs.len());
         for r in reqs {
-            let d = self.exec_at(now, r, may_wait);
+            let d = self.exec_at(now, r, parker);
             let parked = matches!(d, Done::Parked(..));
             out.push(d);
             if parked {
@@ -216,6 +233,36 @@ impl ShardCtx {
         }
         self.settle();
         out
+    }
+
+    /// Runs non-blocking requests from the front of `reqs`, encoding their replies in `proto`,
+    /// until the replies reach `budget` bytes (at least one runs); the rest are sent back. A
+    /// pipeline of large replies (SEM.HOLDERS of big holders) is thus built a piece at a time,
+    /// each piece written (or found past the client's output limit) before the next is built.
+    pub fn run_batch(&self, mut reqs: VecDeque<EngineRequest>, proto: Proto, budget: usize) -> Ran {
+        let now = self.now();
+        let mut out = BytesMut::new();
+        let mut ends = Vec::new();
+        while let Some(r) = reqs.pop_front() {
+            let reply = match self.exec_at(now, r, None) {
+                Done::Reply(reply) => reply,
+                // Without a parker nothing is left parked (exec_at takes it out at once).
+                Done::Parked(..) | Done::Killed => {
+                    Reply::Error(Error::Err("this acquire cannot wait here".into()))
+                }
+            };
+            reply.encode(proto, &mut out);
+            ends.push(out.len());
+            if out.len() >= budget {
+                break;
+            }
+        }
+        self.settle();
+        Ran {
+            out,
+            ends,
+            rest: reqs,
+        }
     }
 
     /// Takes a parked acquire of this shard out of its queue.
@@ -282,7 +329,7 @@ impl ShardCtx {
             match next {
                 None => self.timer_wake.notified().await,
                 Some(t) => {
-                    let wait = t - wall_nanos();
+                    let wait = t - self.clock.peek(self.global.wall_nanos());
                     if wait > 0 {
                         tokio::select! {
                             _ = tokio::time::sleep(Duration::from_nanos(wait as u64)) => {}
@@ -302,12 +349,22 @@ impl ShardCtx {
         match msg {
             ShardMsg::Exec {
                 reqs,
-                may_wait,
+                parker,
                 reply,
             } => {
-                let done = self.exec_batch(reqs, may_wait);
+                let done = self.exec_batch(reqs, parker.as_ref());
                 let lsn = self.last_lsn();
                 let _ = reply.send(Durable { value: done, lsn });
+            }
+            ShardMsg::Batch {
+                reqs,
+                proto,
+                budget,
+                reply,
+            } => {
+                let value = self.run_batch(reqs, proto, budget);
+                let lsn = self.last_lsn();
+                let _ = reply.send(Durable { value, lsn });
             }
             ShardMsg::Cancel { waiter, why, reply } => {
                 let _ = reply.send(self.cancel(waiter, why));
@@ -422,7 +479,7 @@ impl ShardCtx {
         store.written(batch.lsn, batch.bytes.len() as u64);
         if synced {
             store.stats.fsyncs += 1;
-            store.stats.last_fsync_at = wall_nanos();
+            store.stats.last_fsync_at = self.global.wall_nanos();
         }
         self.global.mark_durable(self.id, batch.lsn);
     }
@@ -607,7 +664,7 @@ impl ShardCtx {
         store.stats.snapshot_failing = false;
         store.stats.last_snapshot_us = started.elapsed().as_micros() as u64;
         store.stats.last_snapshot_pause_us = pause.as_micros() as u64;
-        store.stats.last_fsync_at = wall_nanos();
+        store.stats.last_fsync_at = self.global.wall_nanos();
         self.global.mark_durable(self.id, lsn);
         tracing::info!(
             shard = self.id,
@@ -634,7 +691,7 @@ impl ShardCtx {
             }
             let mut store = self.store.borrow_mut();
             store.stats.fsyncs += 1;
-            store.stats.last_fsync_at = wall_nanos();
+            store.stats.last_fsync_at = self.global.wall_nanos();
         }
     }
 

@@ -51,7 +51,8 @@ impl Server {
     }
 
     /// Starts a server with extra command-line options after the harness's own
-    /// (`--bind 127.0.0.1 --port P --dir D --shards 2`; pass `--shards N` to override the count).
+    /// (`--bind 127.0.0.1 --port P --dir D --shards 2`; pass `--bind` or `--shards` to override
+    /// those).
     pub fn start_with(args: &[&str]) -> Server {
         let root = unique_temp_dir();
         let dir = root.join("data");
@@ -112,6 +113,45 @@ impl Server {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
         }
+    }
+
+    /// Runs the server with `args` and expects it to refuse to start: returns its exit status
+    /// and what it wrote to stderr. Panics if it is still running after [`START_TIMEOUT`].
+    pub fn refused(args: &[&str]) -> (std::process::ExitStatus, String) {
+        let root = unique_temp_dir();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_permitd"))
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &free_port().to_string(),
+                "--dir",
+            ])
+            .arg(root.join("data"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn permitd");
+        let deadline = Instant::now() + START_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for permitd") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("permitd started with {args:?}, where it should have refused");
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        let _ = child
+            .stderr
+            .take()
+            .map(|mut e| e.read_to_string(&mut stderr));
+        let _ = fs::remove_dir_all(&root);
+        (status, stderr)
     }
 
     /// Waits up to `timeout` for the server to exit by itself, and returns how it exited
@@ -256,9 +296,10 @@ impl Server {
             .open(&self.log)
             .map_err(|e| format!("open log: {e}"))?;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_permitd"));
-        cmd.arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--port")
+        if !self.extra.iter().any(|a| a == "--bind") {
+            cmd.arg("--bind").arg("127.0.0.1");
+        }
+        cmd.arg("--port")
             .arg(self.port.to_string())
             .arg("--dir")
             .arg(&self.dir);
@@ -557,6 +598,54 @@ pub fn info_int(con: &mut redis::Connection, key: &str) -> i64 {
     let v = info_text(con, key);
     v.parse()
         .unwrap_or_else(|_| panic!("INFO {key}:{v} is not a number"))
+}
+
+/// Waits up to 10 s until INFO shows exactly `n` parked waiters and `n` blocked clients.
+pub fn wait_parked(con: &mut redis::Connection, n: i64) {
+    let mut last = (0, 0);
+    let seen = wait_until(Duration::from_secs(10), || {
+        last = (info_int(con, "waiters"), info_int(con, "blocked_clients"));
+        last == (n, n)
+    });
+    assert!(
+        seen,
+        "expected waiters:{n} and blocked_clients:{n} in INFO, last seen (waiters, blocked) = {last:?}"
+    );
+}
+
+/// Clients per shard thread, from INFO's `clients_per_shard`.
+pub fn clients_per_shard(con: &mut redis::Connection) -> Vec<i64> {
+    let info = text(&ok(con, &["INFO", "clients"]));
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix("clients_per_shard:"))
+        .unwrap_or_else(|| panic!("INFO has no clients_per_shard line:\n{info}"))
+        .split(',')
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+/// A new raw connection and the shard thread that serves it (of 2), seen from `admin`.
+pub fn raw_with_home(server: &Server, admin: &mut redis::Connection) -> (RawConn, usize) {
+    let before = clients_per_shard(admin);
+    let raw = server.raw();
+    let mut after = before.clone();
+    assert!(wait_until(Duration::from_secs(10), || {
+        after = clients_per_shard(admin);
+        after.iter().sum::<i64>() == before.iter().sum::<i64>() + 1
+    }));
+    let home = (0..2).find(|&s| after[s] == before[s] + 1).unwrap();
+    (raw, home)
+}
+
+/// A namespace name that shard `shard` of 2 owns: `prefix` and the first number that makes one.
+pub fn namespace_on(shard: usize, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|n| {
+            let name = permitd::engine::types::Name::new_unchecked(bytes::Bytes::from(n.clone()));
+            permitd::engine::route::shard_for(&name, 2) == shard
+        })
+        .unwrap()
 }
 
 /// A field of an entity reply read off a raw socket; panics naming the field when it is missing.

@@ -82,6 +82,10 @@ pub enum Record {
         /// New last_activity_at.
         at: Nanos,
     },
+    /// The wall clock stepped forward `by` at `at` (an NTP step, a VM resumed): every lease of
+    /// the shard dies `by` later, so that the step expires none of them. One record for the
+    /// whole shard, however many leases it holds.
+    TimeShift { by: Nanos, at: Nanos },
 }
 
 /// Hands `out` the records that rebuild the current state of `n`, one at a time (a snapshot
@@ -294,6 +298,11 @@ pub fn apply(
                 .get_mut(&sem)
                 .ok_or_else(|| missing("semaphore"))?;
             s.last_activity_at = at;
+        }
+        Record::TimeShift { by, at: _ } => {
+            for n in nss.values_mut() {
+                n.leases.shift_expiries(by);
+            }
         }
     }
     Ok(())

@@ -158,6 +158,14 @@ impl Leases {
     pub fn iter(&self) -> impl Iterator<Item = (LeaseRef, &Lease)> {
         self.order.iter().map(|(_, &r)| (r, &self[r]))
     }
+
+    /// Moves every lease's death time `by` later (a forward step of the wall clock; see
+    /// [`crate::journal::Record::TimeShift`]).
+    pub fn shift_expiries(&mut self, by: Nanos) {
+        for lease in self.slots.iter_mut().flatten() {
+            lease.expires_at = lease.expires_at.saturating_add(by);
+        }
+    }
 }
 
 /// How the id index hashes slot `s` when it grows or shrinks: by the id of the lease in it.

@@ -33,6 +33,8 @@ pub enum Error {
     Unblocked(String),
     /// `NOPERM`: the user may not run this command or touch this namespace.
     NoPerm(String),
+    /// `OOM`: `--maxmemory` is reached and the command would add state.
+    Oom(String),
     /// `MISCONF`: a change cannot be made durable now (the data directory is full); nothing
     /// changed.
     Misconf(String),
@@ -54,6 +56,7 @@ impl Error {
             Error::ExecAbort(_) => "EXECABORT",
             Error::Unblocked(_) => "UNBLOCKED",
             Error::NoPerm(_) => "NOPERM",
+            Error::Oom(_) => "OOM",
             Error::Misconf(_) => "MISCONF",
         }
     }
@@ -73,7 +76,8 @@ impl Error {
             | Error::ExecAbort(m)
             | Error::Unblocked(m)
             | Error::NoPerm(m)
-            | Error::Misconf(m) => m,
+            | Error::Oom(m) => m,
+            Error::Misconf(m) => m,
         }
     }
 

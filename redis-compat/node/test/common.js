@@ -1,14 +1,10 @@
 'use strict';
-// Shared setup: the server comes from PERMITD_PORT (and PERMITD_HOST, default 127.0.0.1).
-// Every test works in a namespace of its own, so the suite can run again and again against
-// the same server.
-const crypto = require('node:crypto');
+// Shared setup of the ioredis tests (the server address and the helpers every JavaScript suite
+// uses are in util.js). Every test works in a namespace of its own, so the suite can run again
+// and again against the same server.
 const Redis6 = require('ioredis');
 const Redis5 = require('ioredis5');
-
-const HOST = process.env.PERMITD_HOST || '127.0.0.1';
-const PORT = Number(process.env.PERMITD_PORT || 6379);
-const PASSWORD = process.env.PERMITD_PASSWORD || undefined;
+const { HOST, PORT, PASSWORD, newName, asMap, waitFor, sleep } = require('./util');
 
 // The client setups the suite runs under. ioredis 5 speaks RESP2 only; ioredis 6 sends
 // HELLO 3 on connect by default and maps RESP3 replies to RESP2 shapes ("legacy") unless
@@ -41,23 +37,6 @@ async function closeAll() {
   clients.clear();
 }
 
-function newName(prefix = 'js') {
-  return `${prefix}-${crypto.randomBytes(6).toString('hex')}`;
-}
-
-/** RESP2 flat array or RESP3 object/Map -> plain object. */
-function asMap(reply) {
-  if (reply instanceof Map) return Object.fromEntries(reply);
-  if (Array.isArray(reply)) {
-    if (reply.length % 2) throw new Error(`odd-length map reply: ${JSON.stringify(reply)}`);
-    const o = {};
-    for (let i = 0; i < reply.length; i += 2) o[reply[i]] = reply[i + 1];
-    return o;
-  }
-  if (reply && typeof reply === 'object') return reply;
-  throw new Error(`not a map reply: ${reply}`);
-}
-
 async function newNamespace(c, prefix) {
   const ns = newName(prefix);
   await c.call('NS.CREATE', ns, 'DESC', 'redis-compat node');
@@ -68,15 +47,6 @@ async function newLease(c, ns, pid = 'w', ttl = 30) {
   return asMap(await c.call('LEASE.CREATE', ns, pid, ttl)).lease_id;
 }
 
-async function waitFor(pred, timeoutMs = 5000) {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await pred()) return true;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return false;
-}
-
 /** INFO field as a number. */
 async function infoNumber(c, section, field) {
   const text = String(await c.info(section));
@@ -84,8 +54,6 @@ async function infoNumber(c, section, field) {
   if (!m) throw new Error(`no ${field} in INFO ${section}`);
   return Number(m[1]);
 }
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 module.exports = {
   HOST, PORT, SETUPS, Redis5, Redis6, connect, closeAll, newName, asMap, newNamespace, newLease,

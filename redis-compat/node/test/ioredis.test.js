@@ -234,8 +234,10 @@ for (const setup of SETUPS) {
 
       p = waiter.call('SEM.ACQUIRE', ns, 'unb', b, 1, 20);
       assert.ok(await waitFor(() => isBlocked(r, id)));
+      // Watched before the unblock: the waiter's error comes before CLIENT UNBLOCK's answer.
+      const rejected = assert.rejects(p, { message: 'UNBLOCKED client unblocked via CLIENT UNBLOCK' });
       assert.equal(String(await r.call('CLIENT', 'UNBLOCK', id, 'ERROR')), '1');
-      await assert.rejects(p, { message: 'UNBLOCKED client unblocked via CLIENT UNBLOCK' });
+      await rejected;
       waiter.disconnect();
     });
 

@@ -78,6 +78,8 @@ pub enum Flag {
     NoMulti,
     /// Allowed while Redis is busy running a script.
     AllowBusy,
+    /// May add state: refused with `-OOM` past `--maxmemory`.
+    DenyOom,
 }
 
 impl Flag {
@@ -96,6 +98,7 @@ impl Flag {
             Flag::NoAuth => "no-auth",
             Flag::NoMulti => "no-multi",
             Flag::AllowBusy => "allow-busy",
+            Flag::DenyOom => "denyoom",
         }
     }
 }

@@ -162,7 +162,7 @@ impl Shard {
     }
 
     /// Rebuilds the lease expiry heap from the live leases.
-    fn rebuild_lease_timers(&mut self) {
+    pub(super) fn rebuild_lease_timers(&mut self) {
         let live = self
             .namespaces
             .values()

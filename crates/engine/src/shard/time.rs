@@ -4,6 +4,7 @@
 use super::base::{Cancel, Shard};
 use super::queue::{drop_lease, forget_waiter, serve};
 use crate::error::Error;
+use crate::journal::Record;
 use crate::protocol::Reply;
 use crate::state::WaiterId;
 use crate::types::{Name, Nanos};
@@ -109,5 +110,25 @@ impl Shard {
             self.cx.outbox.push((waiter, r));
         }
         Some((ns, sem))
+    }
+
+    /// The wall clock stepped forward `by` (more than the caller's threshold beyond what the
+    /// monotonic clock saw): every lease dies `by` later and every parked acquire times out `by`
+    /// later, in one journaled change, so that the step itself expires nothing (Hazelcast's CP
+    /// subsystem shifts session expiries the same way). Call it before running anything at the
+    /// new `now`.
+    pub fn shift_time(&mut self, now: Nanos, by: Nanos) {
+        for n in self.namespaces.values_mut() {
+            n.leases.shift_expiries(by);
+            for s in n.semaphores.values_mut() {
+                for (&id, w) in s.queue.iter_mut() {
+                    self.cx.timers.remove_waiter(w.deadline, id);
+                    w.deadline = w.deadline.saturating_add(by);
+                    self.cx.timers.add_waiter(w.deadline, id);
+                }
+            }
+        }
+        self.rebuild_lease_timers();
+        self.cx.journal.push(Record::TimeShift { by, at: now });
     }
 }
