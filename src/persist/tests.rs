@@ -490,3 +490,67 @@ fn resuming_grants_serves_the_queues_at_once() {
     );
     assert_eq!(shard.counts().holders, 1);
 }
+
+#[test]
+fn the_changes_refused_on_a_full_disk_are_the_write_commands_of_the_table() {
+    let lease = "ls_0000000000000000000000000001";
+    let lines = [
+        "NS.CREATE a",
+        "NS.GET a",
+        "NS.LIST",
+        "NS.UPDATE a VERSION 1",
+        "NS.DELETE a",
+        "SEM.CREATE a s 1",
+        "SEM.GET a s",
+        "SEM.LIST a",
+        "SEM.UPDATE a s 1 VERSION 1",
+        "SEM.DELETE a s",
+        &format!("SEM.ACQUIRE a s {lease} 1 0"),
+        &format!("SEM.RELEASE a s {lease}"),
+        "SEM.HOLDERS a s",
+        "LEASE.CREATE a p 10",
+        &format!("LEASE.GET a {lease}"),
+        "LEASE.LIST a",
+        &format!("LEASE.REFRESH a {lease} 10"),
+        &format!("LEASE.REVOKE a {lease}"),
+    ];
+    let mut names = Vec::new();
+    for line in lines {
+        let argv: Vec<Bytes> = line
+            .split(' ')
+            .map(|w| Bytes::from(w.to_string()))
+            .collect();
+        let (spec, Request::Engine(req)) = parse_argv(&argv, &Limits::default()).unwrap() else {
+            panic!("{line} is an engine request");
+        };
+        let write = spec.flags.has(crate::command::table::Flag::Write);
+        assert_eq!(req.is_write(), write, "{line}");
+        names.push(spec.name);
+    }
+    // Every engine command of the table is here.
+    let engine: Vec<&str> = crate::command::table::all_specs()
+        .filter(|s| s.group == "semaphore")
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, engine);
+}
+
+#[test]
+fn room_is_reserved_past_the_log_or_probed_with_a_file_that_goes_away() {
+    let dir = std::env::temp_dir().join(format!("permitd-room-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("shard-0.log"))
+        .unwrap();
+    let beside = dir.join("shard-0.room");
+    reserve(&log, &beside, 1 << 20).unwrap();
+    // The room is kept past the end: the log's size is what was written.
+    assert_eq!(log.metadata().unwrap().len(), 0);
+    // Where fallocate is missing, a file of that size is written and removed.
+    probe_room(&beside, 1 << 20).unwrap();
+    assert!(!beside.exists());
+    let _ = fs::remove_dir_all(&dir);
+}

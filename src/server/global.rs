@@ -34,7 +34,9 @@ const LOST_KEPT: usize = 16;
 pub struct Saved {
     /// Every LSN up to this one is on disk, but the rolled-back ones.
     pub lsn: u64,
-    lost: Arc<Vec<Lost>>,
+    /// None until a roll-back: a connection keeps one of these per shard, made without an
+    /// allocation.
+    lost: Option<Arc<Vec<Lost>>>,
 }
 
 /// LSNs `after + 1 ..= upto`, rolled back.
@@ -49,6 +51,7 @@ impl Saved {
     /// The error of a rolled-back change, if `lsn` is one.
     pub fn lost(&self, lsn: u64) -> Option<&Error> {
         self.lost
+            .as_deref()?
             .iter()
             .rev()
             .find(|l| l.after < lsn && lsn <= l.upto)
@@ -246,13 +249,13 @@ impl Global {
     /// show them go out as `error` (called by that shard alone).
     pub fn roll_back(&self, shard: usize, after: u64, upto: u64, error: Error) {
         self.durable[shard].send_modify(|d| {
-            let mut lost = d.lost.as_ref().clone();
+            let mut lost = d.lost.as_deref().cloned().unwrap_or_default();
             lost.push(Lost { after, upto, error });
             if lost.len() > LOST_KEPT {
                 let oldest = lost.remove(0);
                 lost[0].after = oldest.after;
             }
-            d.lost = Arc::new(lost);
+            d.lost = Some(Arc::new(lost));
         });
     }
 
