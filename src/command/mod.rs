@@ -80,6 +80,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::SemAcquire => engine(engine::sem_acquire),
         C::SemRelease => engine(engine::sem_release),
         C::SemHolders => engine(engine::sem_holders),
+        C::SemWaiters => engine(engine::sem_waiters),
         C::LeaseCreate => engine(engine::lease_create),
         C::LeaseGet => engine(engine::lease_get),
         C::LeaseList => engine(engine::lease_list),

@@ -23,6 +23,7 @@ pub enum Cmd {
     SemAcquire,
     SemRelease,
     SemHolders,
+    SemWaiters,
     LeaseCreate,
     LeaseGet,
     LeaseList,
@@ -900,6 +901,15 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::SemHolders,
         arity: -3,
         summary: "Lists a semaphore's holders, oldest first, one page at a time.",
+        complexity: "O(log N + M), M the page size",
+        args: &[NS, SEM, CURSOR, LIMIT],
+        ..ENGINE_LISTING
+    },
+    CommandSpec {
+        name: "sem.waiters",
+        cmd: Cmd::SemWaiters,
+        arity: -3,
+        summary: "Lists a semaphore's parked acquires in the order they are served, one page at a time.",
         complexity: "O(log N + M), M the page size",
         args: &[NS, SEM, CURSOR, LIMIT],
         ..ENGINE_LISTING
