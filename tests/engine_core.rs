@@ -644,7 +644,12 @@ fn sem_waiters_shows_the_queue_in_serving_order_and_drops_who_leaves() {
     let wf = e.waiting("s", &f, 1, "0.5");
     assert_eq!(
         e.wait_list("s"),
-        vec![(b.clone(), 2), (c.clone(), 1), (d.clone(), 3), (f.clone(), 1)]
+        vec![
+            (b.clone(), 2),
+            (c.clone(), 1),
+            (d.clone(), 3),
+            (f.clone(), 1)
+        ]
     );
     let sem = e.sem("ns", "s");
     assert_eq!(int(&sem, "waiters"), 4);

@@ -26,7 +26,8 @@ use bytes::Bytes;
 use permitd::engine::page::Page;
 use permitd::engine::request::{
     EngineRequest, LeaseCreate, LeaseList, LeaseRefresh, LeaseRevoke, NsCreate, NsDelete, NsGet,
-    SemAcquire, SemCreate, SemDelete, SemGet, SemHolders, SemList, SemWaiters, SemRelease, SemUpdate,
+    SemAcquire, SemCreate, SemDelete, SemGet, SemHolders, SemList, SemRelease, SemUpdate,
+    SemWaiters,
 };
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};
 use permitd::engine::{Cancel, Counts, Exec, Shard, Stats, WaiterId};

@@ -29,8 +29,8 @@ use permitd::engine::journal;
 use permitd::engine::page::{Cursor, CursorKind, Page};
 use permitd::engine::request::{
     EngineRequest, LeaseCreate, LeaseGet, LeaseList, LeaseRefresh, LeaseRevoke, NsCreate, NsDelete,
-    NsGet, NsList, NsUpdate, SemAcquire, SemCreate, SemDelete, SemGet, SemHolders, SemList, SemWaiters,
-    SemRelease, SemUpdate,
+    NsGet, NsList, NsUpdate, SemAcquire, SemCreate, SemDelete, SemGet, SemHolders, SemList,
+    SemRelease, SemUpdate, SemWaiters,
 };
 use permitd::engine::state::Namespace;
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};

@@ -18,7 +18,7 @@ from redis.retry import Retry
 from conftest import as_map, make_client, new_name
 
 LEASE_RE = re.compile(r"^ls_[0-9A-Za-z]{28}$")
-SEM_FIELDS = ["name", "description", "permits", "active_holds", "active_holders_count", "version",
+SEM_FIELDS = ["name", "description", "permits", "active_holds", "active_holders_count", "waiters", "version",
               "created_at", "updated_at", "last_activity_at", "metadata"]
 
 
