@@ -87,6 +87,25 @@ pub struct Config {
     #[arg(long, env = "PERMITD_TIMEOUT", default_value_t = 0)]
     pub timeout: u64,
 
+    /// Log in SLOWLOG the commands that run this many microseconds or longer (0: every
+    /// command; negative: none), as Redis's `slowlog-log-slower-than`.
+    #[arg(
+        long,
+        env = "PERMITD_SLOWLOG_LOG_SLOWER_THAN",
+        default_value_t = 10_000,
+        allow_negative_numbers = true
+    )]
+    pub slowlog_log_slower_than: i64,
+
+    /// Most entries SLOWLOG keeps (the oldest go first), as Redis's `slowlog-max-len`.
+    #[arg(long, env = "PERMITD_SLOWLOG_MAX_LEN", default_value_t = 128)]
+    pub slowlog_max_len: usize,
+
+    /// Record in the latency monitor (LATENCY LATEST) the commands that run this many
+    /// milliseconds or longer; 0 turns it off, as Redis's `latency-monitor-threshold`.
+    #[arg(long, env = "PERMITD_LATENCY_MONITOR_THRESHOLD", default_value_t = 0)]
+    pub latency_monitor_threshold: u64,
+
     /// TCP keepalive probe interval in seconds (0: off), so dead peers are found and dropped.
     #[arg(long, env = "PERMITD_TCP_KEEPALIVE", default_value_t = 300)]
     pub tcp_keepalive: u64,
@@ -353,6 +372,15 @@ impl Config {
             ("tls-port", self.tls_port.unwrap_or(0).to_string()),
             ("timeout", self.timeout.to_string()),
             ("tcp-keepalive", self.tcp_keepalive.to_string()),
+            (
+                "slowlog-log-slower-than",
+                self.slowlog_log_slower_than.to_string(),
+            ),
+            ("slowlog-max-len", self.slowlog_max_len.to_string()),
+            (
+                "latency-monitor-threshold",
+                self.latency_monitor_threshold.to_string(),
+            ),
             (
                 "client-output-timeout",
                 self.client_output_timeout.to_string(),

@@ -27,6 +27,7 @@ use permitd::engine::page::Page;
 use permitd::engine::request::{
     EngineRequest, LeaseCreate, LeaseList, LeaseRefresh, LeaseRevoke, NsCreate, NsDelete, NsGet,
     SemAcquire, SemCreate, SemDelete, SemGet, SemHolders, SemList, SemRelease, SemUpdate,
+    SemWaiters,
 };
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};
 use permitd::engine::{Cancel, Counts, Exec, Shard, Stats, WaiterId};
@@ -43,6 +44,8 @@ const SEMS: [&str; 3] = ["s0", "s1", "s2"];
 const MAX_HOLDERS: [usize; 3] = [2, 3, 100];
 /// The id of a lease that never exists.
 const UNKNOWN_LEASE: u64 = 1_000_000;
+/// The client every parked acquire waits for.
+const CLIENT: u64 = 7;
 
 // ---------------------------------------------------------------------------------------------
 // Operations
@@ -167,6 +170,7 @@ struct SemFields {
     permits: i64,
     active_holds: i64,
     holders: i64,
+    waiters: i64,
     version: i64,
     created_at: i64,
     updated_at: i64,
@@ -190,6 +194,17 @@ struct HolderFields {
     expires_at: i64,
     token: i64,
     metadata: Vec<(Bytes, Bytes)>,
+}
+
+/// A SEM.WAITERS entry as fields.
+#[derive(Clone, Debug, PartialEq)]
+struct WaiterFields {
+    lease: Bytes,
+    process: Bytes,
+    weight: i64,
+    parked_at: i64,
+    deadline: i64,
+    client: i64,
 }
 
 /// An error as code plus the kind of thing it is about.
@@ -279,6 +294,7 @@ fn sem_of(v: &Wire) -> SemFields {
         permits: int(v, "permits"),
         active_holds: int(v, "active_holds"),
         holders: int(v, "active_holders_count"),
+        waiters: int(v, "waiters"),
         version: int(v, "version"),
         created_at: int(v, "created_at"),
         updated_at: int(v, "updated_at"),
@@ -309,6 +325,18 @@ fn holder_fields(r: &Reply) -> HolderFields {
         expires_at: int(&v, "expires_at"),
         token: int(&v, "fencing_token"),
         metadata: meta_of(&v),
+    }
+}
+
+fn waiter_fields(r: &Reply) -> WaiterFields {
+    let v = wire(r);
+    WaiterFields {
+        lease: bulk(&v, "lease_id"),
+        process: bulk(&v, "process_id"),
+        weight: int(&v, "weight"),
+        parked_at: int(&v, "parked_at"),
+        deadline: int(&v, "deadline"),
+        client: int(&v, "client_id"),
     }
 }
 
@@ -390,6 +418,7 @@ struct MWaiter {
     lease: LeaseId,
     weight: i64,
     deadline: i64,
+    parked_at: i64,
     meta: Metadata,
 }
 
@@ -420,6 +449,7 @@ impl MSem {
             permits: self.permits,
             active_holds: self.held(),
             holders: self.holders.len() as i64,
+            waiters: self.queue.len() as i64,
             version: self.version,
             created_at: self.created_at,
             updated_at: self.updated_at,
@@ -545,12 +575,16 @@ impl Model {
             let timeouts = self.stats.acquire_timed_out;
             let n = self.ns.as_mut().unwrap();
             for s in &mut n.sems {
-                let fields = s.fields();
                 let (gone, stay): (Vec<MWaiter>, Vec<MWaiter>) =
                     s.queue.drain(..).partition(|w| w.deadline == t);
                 s.queue = stay;
+                // They leave one at a time, in arrival order: each reply shows the queue
+                // without it and those that left before it.
+                let mut fields = s.fields();
+                fields.waiters += gone.len() as i64;
                 for w in gone {
                     self.stats.acquire_timed_out += 1;
+                    fields.waiters -= 1;
                     self.outbox.push((
                         w.wid,
                         Got::Acquire {
@@ -906,6 +940,7 @@ impl Model {
                     lease: id,
                     weight: *weight,
                     deadline: now + timeout,
+                    parked_at: now,
                     meta,
                 });
                 Got::Parked
@@ -1081,7 +1116,7 @@ fn request(op: &Op, m: &Model) -> (EngineRequest, bool) {
 }
 
 fn exec(shard: &mut Shard, now: i64, req: EngineRequest) -> Reply {
-    match shard.execute(now, req, true) {
+    match shard.execute(now, req, Some(CLIENT)) {
         Exec::Reply(r) => r,
         Exec::Parked(w) => panic!("a read parked as {w}"),
     }
@@ -1229,6 +1264,38 @@ fn check_state(shard: &mut Shard, m: &Model) -> Result<(), TestCaseError> {
             })
             .collect();
         prop_assert_eq!(&holders, &want, "SEM.HOLDERS {}", sem);
+        let r = exec(
+            shard,
+            now,
+            EngineRequest::SemWaiters(SemWaiters {
+                ns: name(NS),
+                sem: name(sem),
+                page: all_page(),
+            }),
+        );
+        let Some(Reply::Array(items)) = field(&r, "waiters") else {
+            panic!("{r:?}")
+        };
+        let waiters: Vec<WaiterFields> = items.iter().map(waiter_fields).collect();
+        let want: Vec<WaiterFields> = ms
+            .queue
+            .iter()
+            .map(|w| WaiterFields {
+                lease: w.lease.to_bytes(),
+                process: n
+                    .leases
+                    .iter()
+                    .find(|l| l.id == w.lease)
+                    .expect("model: a waiter's lease is live")
+                    .process
+                    .clone(),
+                weight: w.weight,
+                parked_at: w.parked_at,
+                deadline: w.deadline,
+                client: CLIENT as i64,
+            })
+            .collect();
+        prop_assert_eq!(&waiters, &want, "SEM.WAITERS {} in arrival order", sem);
     }
     Ok(())
 }
@@ -1350,7 +1417,7 @@ fn run(max_holders: usize, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             _ => {
                 let (req, may_wait) = request(op, &m);
-                let exec = shard.execute(now, req, may_wait);
+                let exec = shard.execute(now, req, may_wait.then_some(CLIENT));
                 m.advance(now);
                 let want = m.apply(op);
                 match exec {

@@ -134,6 +134,15 @@ pub(super) fn sem_holders(a: &[Bytes], limits: &Limits) -> Result<E, Error> {
     }))
 }
 
+pub(super) fn sem_waiters(a: &[Bytes], limits: &Limits) -> Result<E, Error> {
+    let o = Options::parse(&a[3..], &[Opt::Cursor, Opt::Limit])?;
+    Ok(E::SemWaiters(r::SemWaiters {
+        ns: ns(a, limits)?,
+        sem: sem(a, limits)?,
+        page: o.page(CursorKind::Waiters)?,
+    }))
+}
+
 pub(super) fn lease_create(a: &[Bytes], limits: &Limits) -> Result<E, Error> {
     let o = Options::parse(&a[4..], &[Opt::Meta])?;
     let ttl = args::int(&a[3])?;

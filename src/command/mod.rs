@@ -80,6 +80,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::SemAcquire => engine(engine::sem_acquire),
         C::SemRelease => engine(engine::sem_release),
         C::SemHolders => engine(engine::sem_holders),
+        C::SemWaiters => engine(engine::sem_waiters),
         C::LeaseCreate => engine(engine::lease_create),
         C::LeaseGet => engine(engine::lease_get),
         C::LeaseList => engine(engine::lease_list),
@@ -125,6 +126,13 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::Shutdown => surface::shutdown(a).map(Request::Session),
         C::Debug => surface::debug(a).map(Request::Session),
         C::Time => session(S::Time),
+        C::Monitor => Ok(Request::Monitor),
+        C::SlowlogGet => surface::slowlog_get(a).map(Request::Session),
+        C::SlowlogLen => session(S::SlowlogLen),
+        C::SlowlogReset => session(S::SlowlogReset),
+        C::LatencyLatest => session(S::LatencyLatest),
+        C::LatencyHistory => session(S::LatencyHistory(a[2].clone())),
+        C::LatencyReset => session(S::LatencyReset(a[2..].to_vec())),
         C::Role => session(S::Role),
         C::ClusterSlots => session(S::ClusterSlots),
         C::ClusterShards => session(S::ClusterShards),
@@ -138,7 +146,9 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::Discard => Ok(Request::Txn(Txn::Discard)),
         // `resolve` never returns a container without its subcommand (their arity needs one);
         // were it to, the client gets the arity error rather than the server a panic.
-        C::Client | C::Config | C::Acl | C::Cluster => Err(Error::wrong_arity(spec.name)),
+        C::Client | C::Config | C::Acl | C::Cluster | C::Slowlog | C::Latency => {
+            Err(Error::wrong_arity(spec.name))
+        }
     }
 }
 

@@ -20,7 +20,7 @@ fn request(words: &str) -> EngineRequest {
 }
 
 fn run(shard: &mut Shard, now: i64, words: &str) -> Exec {
-    shard.execute(now, request(words), true)
+    shard.execute(now, request(words), Some(1))
 }
 
 fn lease(shard: &mut Shard, now: i64, n: u64, ttl: i64) -> String {
@@ -32,7 +32,7 @@ fn lease(shard: &mut Shard, now: i64, n: u64, ttl: i64) -> String {
         ttl: ttl * NANOS_PER_SEC,
         meta: Default::default(),
     });
-    shard.execute(now, req, true);
+    shard.execute(now, req, Some(1));
     String::from_utf8(id.to_bytes().to_vec()).unwrap()
 }
 
@@ -187,7 +187,7 @@ impl Node {
         let req = request(words);
         let home = shard_for(req.namespace().expect("one namespace"), self.shards.len());
         let (shard, store) = &mut self.shards[home];
-        let Exec::Reply(reply) = shard.execute(NANOS_PER_SEC, req, false) else {
+        let Exec::Reply(reply) = shard.execute(NANOS_PER_SEC, req, None) else {
             panic!("{words} parked");
         };
         store.append(shard.take_journal());
@@ -508,6 +508,7 @@ fn the_changes_refused_on_a_full_disk_are_the_write_commands_of_the_table() {
         &format!("SEM.ACQUIRE a s {lease} 1 0"),
         &format!("SEM.RELEASE a s {lease}"),
         "SEM.HOLDERS a s",
+        "SEM.WAITERS a s",
         "LEASE.CREATE a p 10",
         &format!("LEASE.GET a {lease}"),
         "LEASE.LIST a",

@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -27,8 +28,9 @@ use super::msg::{Done, Durable, NsPart, Ran, ShardInfo, ShardMsg, TxDone, TxItem
 use super::multi::{self, Step, Transaction};
 use super::parking::Parking;
 use super::session::check_permissions;
+use super::slowlog::Runner;
 use super::surface;
-use crate::command::table::Flag;
+use crate::command::table::{CommandSpec, Flag};
 use crate::command::{self, Cmd, Request, SessionRequest};
 use crate::engine::page::Page;
 use crate::engine::request::EngineRequest;
@@ -57,6 +59,55 @@ impl Service for Dispatch {
             Ok(s) => s,
             Err(e) => return self.reject(conn, e, true).await,
         };
+        // Timed only for the slow log and the latency monitor; a parked acquire's wait and the
+        // replies of earlier commands' batches are not this command's time.
+        let started = (conn.g.slowlog.on() || conn.g.latency.on()).then(Instant::now);
+        conn.not_running = Duration::ZERO;
+        self.run(conn, spec, &argv).await;
+        if let Some(t) = started {
+            let took = t.elapsed().saturating_sub(conn.not_running);
+            observe(conn, spec, &argv, took);
+        }
+    }
+
+    async fn flush<S: Transport>(&mut self, conn: &mut Conn<S>) {
+        self.flush_batch(conn).await;
+    }
+
+    fn batching(&self) -> bool {
+        !self.batch.is_empty()
+    }
+
+    fn in_transaction(&self) -> bool {
+        self.multi.is_some()
+    }
+}
+
+/// Records a command that ran for `took` in the slow log and the latency monitor.
+fn observe<S: Transport>(conn: &Conn<S>, spec: &CommandSpec, argv: &[Bytes], took: Duration) {
+    let event = if spec.flags.has(Flag::Fast) {
+        "fast-command"
+    } else {
+        "command"
+    };
+    conn.g.latency.record(event, took);
+    if !spec.flags.has(Flag::SkipSlowlog) {
+        let client = conn.session.client();
+        conn.g.slowlog.record(spec.cmd, argv, took, || Runner {
+            peer: client.addr(),
+            name: client.name(),
+        });
+    }
+}
+
+impl Dispatch {
+    /// Runs a command found in the table (see the module docs).
+    async fn run<S: Transport>(
+        &mut self,
+        conn: &mut Conn<S>,
+        spec: &'static CommandSpec,
+        argv: &[Bytes],
+    ) {
         conn.session.client().touch(spec.name);
         if spec.cmd == Cmd::Debug {
             let local = conn.session.client().is_local();
@@ -68,11 +119,16 @@ impl Service for Dispatch {
         if !spec.flags.has(Flag::NoAuth) {
             let denied = match conn.session.current_user(&conn.g.acl) {
                 None => Some(Error::NoAuth("Authentication required.".into())),
-                Some(user) => check_permissions(user, spec, &argv).err(),
+                Some(user) => check_permissions(user, spec, argv).err(),
             };
             if let Some(e) = denied {
                 return self.reject(conn, e, true).await;
             }
+        }
+        // As Redis: what an operator runs (CONFIG, ACL, CLIENT KILL, MONITOR) is not shown.
+        if conn.g.monitors.active() && !spec.flags.has(Flag::Admin) {
+            let peer = conn.session.client().addr();
+            conn.g.monitors.feed(spec.cmd, argv, peer);
         }
         // Past --maxmemory: what would add state is refused, and so is queueing anything into a
         // transaction (the queue grows), as Redis does; EXEC, DISCARD, QUIT and RESET always go
@@ -99,12 +155,12 @@ impl Service for Dispatch {
             Cmd::Quit | Cmd::Reset => {}
             _ => {
                 if let Some(tx) = &mut self.multi {
-                    let reply = tx.queue(spec, argv, conn.session.client());
+                    let reply = tx.queue(spec, argv.to_vec(), conn.session.client());
                     return conn.push(reply);
                 }
             }
         }
-        let req = match command::parse(spec, &argv, &conn.g.limits) {
+        let req = match command::parse(spec, argv, &conn.g.limits) {
             Ok(r) => r,
             Err(e) => return self.reject(conn, e, false).await,
         };
@@ -119,20 +175,6 @@ impl Service for Dispatch {
         }
     }
 
-    async fn flush<S: Transport>(&mut self, conn: &mut Conn<S>) {
-        self.flush_batch(conn).await;
-    }
-
-    fn batching(&self) -> bool {
-        !self.batch.is_empty()
-    }
-
-    fn in_transaction(&self) -> bool {
-        self.multi.is_some()
-    }
-}
-
-impl Dispatch {
     /// Answers an error; one found while queueing (`in_queue`) aborts the transaction.
     async fn reject<S: Transport>(&mut self, conn: &mut Conn<S>, e: Error, in_queue: bool) {
         self.flush_batch(conn).await;
@@ -175,6 +217,19 @@ impl Dispatch {
     /// those replies are buffered (and written as far as the client reads them): what a
     /// pipeline for another shard builds before a write is one piece, not all of its replies.
     async fn flush_batch<S: Transport>(&mut self, conn: &mut Conn<S>) {
+        if self.batch.is_empty() {
+            return;
+        }
+        // The batch's commands ran before the one being timed, which does not count them.
+        let started = (conn.g.slowlog.on() || conn.g.latency.on()).then(Instant::now);
+        self.send_batch(conn).await;
+        if let Some(t) = started {
+            conn.not_running += t.elapsed();
+        }
+    }
+
+    /// [`Dispatch::flush_batch`]'s work.
+    async fn send_batch<S: Transport>(&mut self, conn: &mut Conn<S>) {
         let mut reqs = std::mem::take(&mut self.batch);
         let shard = self.batch_shard;
         while !reqs.is_empty() {
@@ -220,6 +275,10 @@ impl Dispatch {
                 }
             }
             Request::Info(sections) => info_reply(conn, &sections, None).await,
+            Request::Monitor => {
+                conn.monitor = Some(conn.g.monitors.add());
+                Reply::OK
+            }
             Request::ClientUnblock { id, error } => unblock(conn, id, error).await,
             // `command` runs these before anything is parsed or queued, so EXEC's queue never
             // holds one; were one to get here, the client gets Redis's answer to a nested one.
@@ -228,6 +287,7 @@ impl Dispatch {
             )),
             Request::Session(SessionRequest::Reset) => {
                 self.multi = None;
+                conn.monitor = None;
                 conn.session.client().set_multi(None);
                 return surface::run(&mut conn.session, &conn.g, SessionRequest::Reset);
             }

@@ -13,8 +13,11 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::acl::Acl;
 use super::clients::Registry;
+use super::latency::LatencyMonitor;
 use super::memory::MemoryLimit;
+use super::monitor::Monitors;
 use super::msg::{ShardMsg, ThreadMsg};
+use super::slowlog::SlowLog;
 use super::topology::Topology;
 use crate::config::Config;
 use crate::engine::types::{Limits, Name, Nanos};
@@ -91,6 +94,12 @@ pub struct Global {
     pub topology: Topology,
     /// When the server was ready to serve (after loading its data).
     pub started: Instant,
+    /// The clients in MONITOR mode.
+    pub monitors: Monitors,
+    /// SLOWLOG's entries.
+    pub slowlog: SlowLog,
+    /// LATENCY's events.
+    pub latency: LatencyMonitor,
     inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
     shutdown: watch::Sender<bool>,
     /// Per shard: the LSN up to which its log is durable (written, and under `--fsync always`
@@ -124,6 +133,9 @@ impl Global {
             limits: Arc::new(config.limits()),
             request_limits: config.request_limits(),
             memory: MemoryLimit::new(config.maxmemory),
+            monitors: Monitors::default(),
+            slowlog: SlowLog::new(config.slowlog_log_slower_than, config.slowlog_max_len),
+            latency: LatencyMonitor::new(config.latency_monitor_threshold),
             config,
             clients: Registry::default(),
             acl,

@@ -202,7 +202,11 @@ impl ShardCtx {
                 return Done::Reply(Reply::Error(e.clone()));
             }
         }
-        match self.engine.borrow_mut().execute(now, req, parker.is_some()) {
+        match self
+            .engine
+            .borrow_mut()
+            .execute(now, req, parker.map(|p| p.client()))
+        {
             Exec::Reply(r) => Done::Reply(r),
             Exec::Parked(id) => {
                 if !parker.is_some_and(|p| p.park(self.id, id)) {

@@ -8,14 +8,20 @@ use crate::error::Error;
 use crate::journal::Record;
 use crate::protocol::Reply;
 use crate::request::{SemAcquire, SemRelease};
-use crate::state::Waiter;
+use crate::state::{ClientId, Waiter};
 use crate::types::Nanos;
 use crate::view::{self, Outcome};
 
 impl Shard {
     /// SEM.ACQUIRE: grants at once when the hold does not grow or nobody waits and the permits
-    /// are free; else answers UNAVAILABLE (`timeout` 0) or parks the request at the queue's tail.
-    pub(super) fn acquire(&mut self, now: Nanos, req: SemAcquire) -> Result<Exec, Error> {
+    /// are free; else answers UNAVAILABLE (`timeout` 0, or no `client` to park for) or parks
+    /// the request at the queue's tail for `client`.
+    pub(super) fn acquire(
+        &mut self,
+        now: Nanos,
+        req: SemAcquire,
+        client: Option<ClientId>,
+    ) -> Result<Exec, Error> {
         let SemAcquire {
             ns,
             sem,
@@ -66,11 +72,11 @@ impl Shard {
                 Some(token),
             )));
         }
-        if timeout == 0 {
+        let Some(client) = client.filter(|_| timeout > 0) else {
             touch(&ns, s, now, &mut self.cx.journal);
             self.cx.stats.acquire_unavailable += 1;
             return Ok(Exec::Reply(view::acquire(Outcome::Unavailable, s, None)));
-        }
+        };
         if s.queue.len() >= max_sem_waiters {
             return Err(Error::ResourceExhausted(format!(
                 "waiter quota reached on semaphore '{sem}' ({} waiters)",
@@ -94,6 +100,8 @@ impl Shard {
                 weight,
                 metadata: meta,
                 deadline,
+                parked_at: now,
+                client,
             },
         );
         self.cx.lease_waits.entry((n.key, r)).or_default().push(id);
