@@ -220,11 +220,9 @@ impl LogStore {
                 .is_none_or(|s| s.len() >= log.segment_bytes || s.end() != index);
             if full {
                 let path = segment_path(&log.dir, index);
-                let file = OpenOptions::new()
-                    .create(true)
-                    .truncate(true)
-                    .write(true)
-                    .open(&path)?;
+                // Appending: after a truncation cuts it, the next write goes to the new end.
+                let file = OpenOptions::new().create(true).append(true).open(&path)?;
+                file.set_len(0)?;
                 log.segments.push(Segment {
                     first: index,
                     path,

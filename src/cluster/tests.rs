@@ -149,36 +149,43 @@ fn a_restart_keeps_the_vote_the_committed_id_and_the_entries() {
 }
 
 #[test]
-fn truncation_and_purge_remove_whole_segments_and_survive_a_restart() {
+fn truncation_and_purge_survive_a_restart() {
     TypeConfig::run(async {
-        let dir = TempDir::new("truncate");
         let (_, journal) = journal();
         let ents = entries(&journal, 0, 1, 0);
         let n = ents.len() as u64;
-        let mut log = LogStore::open(&dir.0, 1).unwrap();
-        log.blocking_append(ents.clone()).await.unwrap();
-        assert_eq!(segments(&dir.0).len() as u64, n, "one entry per segment");
-        // A new leader's entries replace the last three.
-        log.truncate_after(Some(log_id(1, n - 4))).await.unwrap();
-        assert_eq!(segments(&dir.0).len() as u64, n - 3);
-        let newer: Vec<Entry> = (n - 3..n + 1)
-            .map(|i| Entry {
-                log_id: log_id(2, i),
-                payload: Payload::Blank,
-            })
-            .collect();
-        log.blocking_append(newer.clone()).await.unwrap();
-        log.purge(log_id(1, 2)).await.unwrap();
-        assert_eq!(segments(&dir.0).len() as u64, n + 1 - 3);
-        drop(log);
-        let mut log = LogStore::open(&dir.0, 1).unwrap();
-        let mut expected = ents[3..(n - 3) as usize].to_vec();
-        expected.extend(newer);
-        assert_eq!(all(&mut log).await, expected);
-        assert_eq!(
-            log.get_log_state().await.unwrap().last_purged_log_id,
-            Some(log_id(1, 2))
-        );
+        // One entry per segment (whole files go), and one segment (cut in place).
+        for segment_bytes in [1, SEGMENT_BYTES] {
+            let dir = TempDir::new("truncate");
+            let files = |want: u64| {
+                let got = segments(&dir.0).len() as u64;
+                assert_eq!(got, if segment_bytes == 1 { want } else { 1 });
+            };
+            let mut log = LogStore::open(&dir.0, segment_bytes).unwrap();
+            log.blocking_append(ents.clone()).await.unwrap();
+            files(n);
+            // A new leader's entries replace the last three.
+            log.truncate_after(Some(log_id(1, n - 4))).await.unwrap();
+            files(n - 3);
+            let newer: Vec<Entry> = (n - 3..n + 1)
+                .map(|i| Entry {
+                    log_id: log_id(2, i),
+                    payload: Payload::Blank,
+                })
+                .collect();
+            log.blocking_append(newer.clone()).await.unwrap();
+            log.purge(log_id(1, 2)).await.unwrap();
+            files(n + 1 - 3);
+            drop(log);
+            let mut log = LogStore::open(&dir.0, segment_bytes).unwrap();
+            let mut expected = ents[3..(n - 3) as usize].to_vec();
+            expected.extend(newer);
+            assert_eq!(all(&mut log).await, expected, "segments of {segment_bytes}");
+            assert_eq!(
+                log.get_log_state().await.unwrap().last_purged_log_id,
+                Some(log_id(1, 2))
+            );
+        }
     });
 }
 
