@@ -99,7 +99,8 @@ fn manifest(dir: &Path) -> Result<Option<(u64, usize)>, String> {
     }
 }
 
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
+/// fsyncs a folder, so that the files created, renamed or removed in it stay so after a crash.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
@@ -684,4 +685,4 @@ pub fn install_snapshot(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -36,8 +36,9 @@ fn lease(shard: &mut Shard, now: i64, n: u64, ttl: i64) -> String {
     String::from_utf8(id.to_bytes().to_vec()).unwrap()
 }
 
-/// A workload touching every record type, with expiry, waiters and deletes.
-fn workload(shard: &mut Shard) -> Vec<Record> {
+/// A workload touching every record type, with expiry, waiters and deletes (the cluster's
+/// tests replay it through Raft entries too).
+pub(crate) fn workload(shard: &mut Shard) -> Vec<Record> {
     let s = NANOS_PER_SEC;
     let mut journal = Vec::new();
     run(shard, s, "NS.CREATE team DESC d META k v");
