@@ -66,36 +66,44 @@ pub fn dec_opt_log_id(d: &mut Dec) -> Result<Option<LogId>, DecodeError> {
     dec_opt(d, dec_log_id)
 }
 
-/// An optional vote: its leader id and whether a quorum granted it.
+/// A vote: its leader id and whether a quorum granted it.
+pub fn vote(e: &mut Enc, v: &Vote) {
+    leader_id(e, &v.leader_id);
+    e.u8(u8::from(v.committed));
+}
+
+/// Decodes a [`vote`].
+pub fn dec_vote(d: &mut Dec) -> Result<Vote, DecodeError> {
+    let leader_id = dec_leader_id(d)?;
+    let committed = match d.u8()? {
+        0 => false,
+        1 => true,
+        _ => return Err(DecodeError("bad vote flag")),
+    };
+    Ok(Vote {
+        leader_id,
+        committed,
+    })
+}
+
+/// An optional vote.
 pub fn opt_vote(e: &mut Enc, v: Option<&Vote>) {
-    opt(e, v, |e, v| {
-        leader_id(e, &v.leader_id);
-        e.u8(u8::from(v.committed));
-    });
+    opt(e, v, vote);
 }
 
 /// Decodes an [`opt_vote`].
 pub fn dec_opt_vote(d: &mut Dec) -> Result<Option<Vote>, DecodeError> {
-    dec_opt(d, |d| {
-        let leader_id = dec_leader_id(d)?;
-        let committed = match d.u8()? {
-            0 => false,
-            1 => true,
-            _ => return Err(DecodeError("bad vote flag")),
-        };
-        Ok(Vote {
-            leader_id,
-            committed,
-        })
-    })
+    dec_opt(d, dec_vote)
 }
 
-fn text(e: &mut Enc, s: &str) {
+/// A string (an address, a file name).
+pub fn text(e: &mut Enc, s: &str) {
     e.bytes(s.as_bytes());
 }
 
-fn dec_text(d: &mut Dec) -> Result<String, DecodeError> {
-    String::from_utf8(d.bytes()?.to_vec()).map_err(|_| DecodeError("bad address"))
+/// Decodes a [`text`].
+pub fn dec_text(d: &mut Dec) -> Result<String, DecodeError> {
+    String::from_utf8(d.bytes()?.to_vec()).map_err(|_| DecodeError("bad text"))
 }
 
 /// A membership: each voter set, then every node with its addresses.

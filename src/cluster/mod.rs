@@ -10,10 +10,12 @@
 //! - `state.rs`: the state machine, the shards' replicated state rebuilt by the clock-free
 //!   replay, with snapshots of `persist`'s per-shard encoding.
 
+pub mod auth;
 pub mod codec;
 pub mod entry;
 pub mod log;
 pub mod state;
+pub mod wire;
 mod writer;
 
 use entry::ShardEntry;

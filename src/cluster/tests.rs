@@ -24,10 +24,10 @@ use crate::engine::Shard;
 use crate::persist::snapshot;
 
 /// A fresh folder, removed when dropped.
-struct TempDir(PathBuf);
+pub(super) struct TempDir(pub(super) PathBuf);
 
 impl TempDir {
-    fn new(what: &str) -> TempDir {
+    pub(super) fn new(what: &str) -> TempDir {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let dir =
@@ -82,7 +82,7 @@ fn log_id(term: u64, index: u64) -> LogId {
 }
 
 /// The workload of the single-node tests, as the engine journaled it.
-fn journal() -> (Shard, Vec<Record>) {
+pub(super) fn journal() -> (Shard, Vec<Record>) {
     let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
     let journal = crate::persist::tests::workload(&mut live);
     (live, journal)

@@ -35,6 +35,27 @@ pub fn frame_with(out: &mut BytesMut, payload: impl FnOnce(&mut BytesMut)) {
     out[start + 5..start + 9].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// The bytes of a frame's header, before its payload.
+pub const FRAME_HEADER: usize = HEADER;
+
+/// The payload length a frame header announces, or `None` when `head` is not a frame's header.
+/// A stream reader (the cluster's peer connections) reads the header, then that many bytes.
+pub fn frame_payload_len(head: &[u8; HEADER]) -> Option<usize> {
+    (head[0] == MAGIC).then(|| u32::from_le_bytes(head[1..5].try_into().expect("4 bytes")) as usize)
+}
+
+/// Decodes one whole frame read from a stream: `None` unless it is intact, its payload decodes
+/// and nothing is left over.
+pub fn decode_frame<T>(
+    frame: Bytes,
+    decode: impl Fn(&mut Dec) -> Result<T, DecodeError>,
+) -> Option<T> {
+    match parse_at(&frame, 0, &decode) {
+        Some((value, end)) if end == frame.len() => Some(value),
+        _ => None,
+    }
+}
+
 /// A shard log's payload: its lsn and record.
 fn lsn_record(d: &mut Dec) -> Result<(u64, Record), DecodeError> {
     Ok((d.u64()?, decode_record(d)?))
