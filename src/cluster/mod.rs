@@ -1,5 +1,6 @@
-//! Cluster mode (SPEC §10), stage 1 in progress: the storage openraft runs on. Not wired into
-//! the server yet; with no cluster option nothing here runs.
+//! Cluster mode (SPEC §10), stage 1 in progress: the storage openraft runs on, the peer
+//! network and the node runtime. Not wired into the server yet; with no cluster option nothing
+//! here runs.
 //!
 //! Every openraft type is named in this module and its files only, so that an alpha upgrade
 //! stays here (`shared/design/replication.md` §2.4):
@@ -8,12 +9,22 @@
 //! - `log.rs` and `writer.rs`: the Raft log in append-only segments of `persist`'s frames,
 //!   written and fdatasync'd on a thread of its own;
 //! - `state.rs`: the state machine, the shards' replicated state rebuilt by the clock-free
-//!   replay, with snapshots of `persist`'s per-shard encoding.
+//!   replay, with snapshots of `persist`'s per-shard encoding;
+//! - `wire.rs`: the RPCs peers exchange, one frame each; `auth.rs`: the cluster-secret
+//!   handshake that opens every peer connection;
+//! - `network.rs`: openraft's network over pooled TCP connections, and the listener serving
+//!   peers' RPCs;
+//! - `config.rs`: a node's cluster settings and `--cluster-init`'s parsing;
+//! - `node.rs`: the Raft thread and its runtime, `--cluster-init`, and the `Send` handle the
+//!   server will use (writes, status, linearizable reads, leader transfer).
 
 pub mod auth;
 pub mod codec;
+pub mod config;
 pub mod entry;
 pub mod log;
+pub mod network;
+pub mod node;
 pub mod state;
 pub mod wire;
 mod writer;
@@ -55,5 +66,7 @@ pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>
 /// The id of an entry's leader (its term and node).
 pub type LeaderId = openraft::type_config::alias::CommittedLeaderIdOf<TypeConfig>;
 
+#[cfg(test)]
+mod node_tests;
 #[cfg(test)]
 mod tests;

@@ -44,6 +44,9 @@ pub struct SnapshotFiles {
     pub dir: PathBuf,
 }
 
+/// openraft's Raft on our log and this state machine.
+pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
+
 /// A snapshot as openraft hands it around: its meta and its files.
 pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, SnapshotFiles>;
 
@@ -183,6 +186,16 @@ impl StateMachine {
         Ok(StateMachine {
             machine: Arc::new(Mutex::new(m)),
         })
+    }
+
+    /// Each shard's state in the snapshot encoding: equal bytes, equal states.
+    #[cfg(test)]
+    pub(super) fn shard_states(&self) -> Vec<Bytes> {
+        self.machine()
+            .shards
+            .iter()
+            .map(|r| crate::persist::snapshot::to_bytes(&r.namespaces, r.hwm, 0))
+            .collect()
     }
 
     fn machine(&self) -> MutexGuard<'_, Machine> {

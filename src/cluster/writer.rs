@@ -8,6 +8,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use openraft::storage::IOFlushed;
@@ -33,19 +34,34 @@ enum Job {
     },
 }
 
-/// The handle the store queues work on; the thread ends when the handle is dropped.
+/// The handle the store queues work on; dropping it ends the thread and waits for it, so that
+/// a node restarted on the same folder never reads a segment the old thread still writes.
 pub struct Writer {
     tx: Sender<Job>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // The thread ends once its queue is drained and this, its only sender, is gone.
+        drop(std::mem::replace(&mut self.tx, channel().0));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Writer {
     /// Starts the thread.
     pub fn start() -> io::Result<Writer> {
         let (tx, rx) = channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("raft-log".into())
             .spawn(move || run(rx))?;
-        Ok(Writer { tx })
+        Ok(Writer {
+            tx,
+            thread: Some(thread),
+        })
     }
 
     /// Queues an append; `done` fires once it is on disk (or failed).

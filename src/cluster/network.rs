@@ -1,0 +1,593 @@
+//! The peer network: openraft's `RaftNetworkFactory`/`RaftNetworkV2` over plain TCP on the
+//! cluster port, and the listener that serves peers' RPCs into the local Raft.
+//!
+//! Connections are persistent: each peer has a pool of authenticated connections (`auth.rs`),
+//! and an RPC takes an idle one (or dials), sends its request frame, reads the answer frame and
+//! puts the connection back. openraft runs replication, heartbeats and snapshots as separate
+//! tasks, so a peer usually holds two or three connections, and a heartbeat never waits behind
+//! a snapshot on the same socket. A connection that fails or times out is dropped (its stream
+//! may be out of step); dialing a peer that failed waits a backoff doubling from 50 ms to 1 s.
+//! A snapshot travels as its request, then its folder's files in pieces of 1 MiB, then the
+//! answer once the receiver installed it.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use openraft::errors::{
+    NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RPCTypes, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    VoteRequest, VoteResponse,
+};
+use openraft::OptionalSend;
+use tokio::net::{TcpListener, TcpStream};
+
+use super::auth::{accept, dial, Secret};
+use super::state::{Raft, Snapshot, SnapshotFiles};
+use super::wire::{
+    recv, send, Piece, Request, Response, TransferLeaderResponse, MAX_FRAME, PIECE_BYTES,
+};
+use super::{Peer, TypeConfig, Vote};
+
+/// How long a peer may take over its side of the handshake.
+const HANDSHAKE: Duration = Duration::from_secs(5);
+
+/// The delays between dials of a peer that keeps failing: doubling from the first, bounded.
+#[derive(Debug, Default)]
+struct Backoff {
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+const FIRST_DELAY: Duration = Duration::from_millis(50);
+const MOST_DELAY: Duration = Duration::from_secs(1);
+
+impl Backoff {
+    /// Whether a dial may be tried at `now`.
+    fn ready(&self, now: Instant) -> bool {
+        self.retry_at.is_none_or(|at| now >= at)
+    }
+
+    /// A dial failed at `now`: the delay before the next one.
+    fn failed(&mut self, now: Instant) -> Duration {
+        let delay = FIRST_DELAY
+            .saturating_mul(1 << self.failures.min(16))
+            .min(MOST_DELAY);
+        self.failures += 1;
+        self.retry_at = Some(now + delay);
+        delay
+    }
+
+    fn succeeded(&mut self) {
+        *self = Backoff::default();
+    }
+}
+
+/// What this node presents to the peers it dials.
+struct Local {
+    id: u64,
+    secret: Secret,
+}
+
+/// One peer's connections.
+struct Pool {
+    target: u64,
+    addr: String,
+    idle: Mutex<Vec<TcpStream>>,
+    backoff: Mutex<Backoff>,
+}
+
+/// Why an RPC did not get its answer.
+enum CallError {
+    /// No connection could be made (or the peer refused us): openraft backs off.
+    Unreachable(io::Error),
+    /// The connection failed during the call.
+    Network(io::Error),
+    /// No answer within the RPC's time.
+    Timeout(Duration),
+}
+
+impl Pool {
+    /// An idle connection, or a new authenticated one.
+    async fn take(&self, local: &Local) -> Result<TcpStream, CallError> {
+        if let Some(conn) = self.idle.lock().expect("pool lock").pop() {
+            return Ok(conn);
+        }
+        if !self
+            .backoff
+            .lock()
+            .expect("backoff lock")
+            .ready(Instant::now())
+        {
+            return Err(CallError::Unreachable(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "node {} at {}: waiting before dialing again",
+                    self.target, self.addr
+                ),
+            )));
+        }
+        match self.dial(local).await {
+            Ok(conn) => {
+                self.backoff.lock().expect("backoff lock").succeeded();
+                Ok(conn)
+            }
+            Err(e) => {
+                let first = {
+                    let mut b = self.backoff.lock().expect("backoff lock");
+                    b.failed(Instant::now());
+                    b.failures == 1
+                };
+                if e.kind() == io::ErrorKind::PermissionDenied || first {
+                    tracing::warn!("cluster: node {} at {}: {e}", self.target, self.addr);
+                }
+                Err(CallError::Unreachable(e))
+            }
+        }
+    }
+
+    async fn dial(&self, local: &Local) -> io::Result<TcpStream> {
+        let mut conn = TcpStream::connect(&self.addr).await?;
+        conn.set_nodelay(true)?;
+        tokio::time::timeout(HANDSHAKE, dial(&mut conn, &local.secret, self.target))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
+        Ok(conn)
+    }
+
+    fn put(&self, conn: TcpStream) {
+        self.idle.lock().expect("pool lock").push(conn);
+    }
+
+    /// Sends `req` and reads the answer within `ttl`; `body` sends what follows the request.
+    async fn call_with<F>(
+        &self,
+        local: &Local,
+        req: &Request,
+        ttl: Duration,
+        body: F,
+    ) -> Result<Response, CallError>
+    where
+        F: AsyncFnOnce(&mut TcpStream) -> io::Result<()>,
+    {
+        let call = async {
+            let mut conn = self.take(local).await?;
+            let answer = async {
+                send(&mut conn, req).await?;
+                body(&mut conn).await?;
+                recv::<Response>(&mut conn, MAX_FRAME).await
+            }
+            .await
+            .map_err(CallError::Network)?;
+            self.put(conn);
+            Ok(answer)
+        };
+        tokio::time::timeout(ttl, call)
+            .await
+            .unwrap_or(Err(CallError::Timeout(ttl)))
+    }
+
+    async fn call(
+        &self,
+        local: &Local,
+        req: &Request,
+        ttl: Duration,
+    ) -> Result<Response, CallError> {
+        self.call_with(local, req, ttl, async |_| Ok(())).await
+    }
+}
+
+/// openraft's network factory: the pools of this node's peers.
+pub struct Network {
+    local: Arc<Local>,
+    pools: HashMap<u64, Arc<Pool>>,
+}
+
+impl Network {
+    /// The network of node `id`, dialing peers with `secret`.
+    pub fn new(id: u64, secret: Secret) -> Network {
+        Network {
+            local: Arc::new(Local { id, secret }),
+            pools: HashMap::new(),
+        }
+    }
+
+    /// The client of node `target` at `peer`'s Raft address (one pool per node and address).
+    pub fn client(&mut self, target: u64, peer: &Peer) -> PeerClient {
+        let pool = self
+            .pools
+            .entry(target)
+            .and_modify(|p| {
+                if p.addr != peer.raft_addr {
+                    *p = Arc::new(Pool::new(target, &peer.raft_addr));
+                }
+            })
+            .or_insert_with(|| Arc::new(Pool::new(target, &peer.raft_addr)))
+            .clone();
+        PeerClient {
+            local: self.local.clone(),
+            pool,
+        }
+    }
+}
+
+impl Pool {
+    fn new(target: u64, addr: &str) -> Pool {
+        Pool {
+            target,
+            addr: addr.to_string(),
+            idle: Mutex::new(Vec::new()),
+            backoff: Mutex::new(Backoff::default()),
+        }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &Peer) -> PeerClient {
+        self.client(target, node)
+    }
+}
+
+/// openraft's client of one peer.
+pub struct PeerClient {
+    local: Arc<Local>,
+    pool: Arc<Pool>,
+}
+
+type RpcError = RPCError<TypeConfig>;
+
+fn wrong_answer(got: &Response) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("unexpected answer {got:?}"),
+    )
+}
+
+impl PeerClient {
+    fn rpc_error(&self, e: CallError, action: RPCTypes) -> RpcError {
+        match e {
+            CallError::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&e)),
+            CallError::Network(e) => RPCError::Network(NetworkError::new(&e)),
+            CallError::Timeout(timeout) => RPCError::Timeout(Timeout {
+                action,
+                id: self.local.id,
+                target: self.pool.target,
+                timeout,
+            }),
+        }
+    }
+
+    /// The answer to `req`, or the error openraft acts on; a peer that could not serve it is
+    /// unreachable for now.
+    async fn ask(
+        &self,
+        req: Request,
+        action: RPCTypes,
+        ttl: Duration,
+    ) -> Result<Response, RpcError> {
+        match self.pool.call(&self.local, &req, ttl).await {
+            Ok(Response::Failed(why)) => Err(RPCError::Unreachable(Unreachable::new(
+                &io::Error::other(why),
+            ))),
+            Ok(answer) => Ok(answer),
+            Err(e) => Err(self.rpc_error(e, action)),
+        }
+    }
+
+    /// Whether the peer already belongs to a cluster; a refused handshake is
+    /// `PermissionDenied`.
+    pub async fn initialized(&self, ttl: Duration) -> io::Result<bool> {
+        match self
+            .pool
+            .call(&self.local, &Request::Initialized, ttl)
+            .await
+        {
+            Ok(Response::Initialized(b)) => Ok(b),
+            Ok(Response::Failed(why)) => Err(io::Error::other(why)),
+            Ok(other) => Err(wrong_answer(&other)),
+            Err(CallError::Unreachable(e) | CallError::Network(e)) => Err(e),
+            Err(CallError::Timeout(t)) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no answer within {t:?}"),
+            )),
+        }
+    }
+}
+
+/// Sends the files of a snapshot folder as pieces, then [`Piece::Done`].
+async fn send_files(conn: &mut TcpStream, dir: &Path) -> io::Result<()> {
+    let mut names: Vec<String> = fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<io::Result<_>>()?;
+    names.sort();
+    for name in names {
+        let mut file = fs::File::open(dir.join(&name))?;
+        loop {
+            let mut buf = vec![0u8; PIECE_BYTES];
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            buf.truncate(n);
+            let piece = Piece::Data {
+                name: name.clone(),
+                bytes: Bytes::from(buf),
+            };
+            send(conn, &piece).await?;
+        }
+    }
+    send(conn, &Piece::Done).await
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = SnapshotFiles;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RpcError> {
+        match self
+            .ask(
+                Request::Append(rpc),
+                RPCTypes::AppendEntries,
+                option.hard_ttl(),
+            )
+            .await?
+        {
+            Response::Append(r) => Ok(r),
+            other => Err(RPCError::Network(NetworkError::new(&wrong_answer(&other)))),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RpcError> {
+        match self
+            .ask(Request::Vote(rpc), RPCTypes::Vote, option.hard_ttl())
+            .await?
+        {
+            Response::Vote(r) => Ok(r),
+            other => Err(RPCError::Network(NetworkError::new(&wrong_answer(&other)))),
+        }
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RpcError> {
+        match self
+            .ask(Request::PreVote(rpc), RPCTypes::Vote, option.hard_ttl())
+            .await?
+        {
+            Response::Vote(r) => Ok(r),
+            other => Err(RPCError::Network(NetworkError::new(&wrong_answer(&other)))),
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse, RpcError> {
+        match self
+            .ask(
+                Request::TransferLeader(req),
+                RPCTypes::TransferLeader,
+                option.hard_ttl(),
+            )
+            .await?
+        {
+            Response::TransferLeader(r) => Ok(r),
+            other => Err(RPCError::Network(NetworkError::new(&wrong_answer(&other)))),
+        }
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl std::future::Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let req = Request::Snapshot {
+            vote,
+            meta: snapshot.meta.clone(),
+        };
+        let dir = snapshot.snapshot.dir.clone();
+        let call = self
+            .pool
+            .call_with(&self.local, &req, option.hard_ttl(), async |conn| {
+                send_files(conn, &dir).await
+            });
+        let answer = tokio::select! {
+            answer = call => answer,
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+        };
+        match answer {
+            Ok(Response::Snapshot(r)) => Ok(r),
+            Ok(Response::Failed(why)) => Err(StreamingError::Unreachable(Unreachable::new(
+                &io::Error::other(why),
+            ))),
+            Ok(other) => Err(StreamingError::Network(NetworkError::new(&wrong_answer(
+                &other,
+            )))),
+            Err(e) => Err(match self.rpc_error(e, RPCTypes::InstallSnapshot) {
+                RPCError::Unreachable(e) => StreamingError::Unreachable(e),
+                RPCError::Network(e) => StreamingError::Network(e),
+                RPCError::Timeout(e) => StreamingError::Timeout(e),
+                RPCError::RemoteError(e) => match e.source {},
+            }),
+        }
+    }
+}
+
+/// What the listener needs to serve peers.
+pub struct Served {
+    /// The local Raft.
+    pub raft: Raft,
+    /// This node's id (a hello for another is refused).
+    pub id: u64,
+    /// The cluster secret.
+    pub secret: Secret,
+    /// Where received snapshots are put together before the state machine installs (copies)
+    /// them; emptied at start.
+    pub incoming: PathBuf,
+}
+
+/// Serves peers on `listener` until the runtime stops.
+pub async fn serve(listener: TcpListener, served: Served) {
+    let served = Arc::new(served);
+    loop {
+        match listener.accept().await {
+            Ok((conn, from)) => {
+                let served = served.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = serve_peer(conn, &served).await {
+                        tracing::debug!("cluster: peer {from}: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                // Out of descriptors, say: a pause, then go on.
+                tracing::warn!("cluster: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
+    let from = conn.peer_addr()?;
+    conn.set_nodelay(true)?;
+    let shake = tokio::time::timeout(HANDSHAKE, accept(&mut conn, &served.secret, served.id)).await;
+    match shake {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!("cluster: refused peer {from}: {e}");
+            return Err(e);
+        }
+        Err(_) => {
+            tracing::warn!("cluster: refused peer {from}: handshake timed out");
+            return Ok(());
+        }
+    }
+    loop {
+        let req = match recv::<Request>(&mut conn, MAX_FRAME).await {
+            Ok(req) => req,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let raft = &served.raft;
+        let answer = match req {
+            Request::Append(r) => answer(raft.append_entries(r).await, Response::Append),
+            Request::Vote(r) => answer(raft.vote(r).await, Response::Vote),
+            Request::PreVote(r) => answer(raft.pre_vote(r).await, Response::Vote),
+            Request::TransferLeader(r) => answer(
+                raft.handle_transfer_leader(r).await,
+                Response::TransferLeader,
+            ),
+            Request::Initialized => answer(raft.is_initialized().await, Response::Initialized),
+            Request::Snapshot { vote, meta } => {
+                let answer = receive_snapshot(&mut conn, served, vote, meta).await?;
+                send(&mut conn, &answer).await?;
+                continue;
+            }
+        };
+        send(&mut conn, &answer).await?;
+    }
+}
+
+/// The answer to send for what the local Raft returned: a failure (it stopped) says why.
+fn answer<T, E: std::fmt::Display>(r: Result<T, E>, ok: impl FnOnce(T) -> Response) -> Response {
+    r.map_or_else(|e| Response::Failed(e.to_string()), ok)
+}
+
+/// Whether `name` is a plain file name (no folder, not `.` or `..`).
+fn plain_name(name: &str) -> bool {
+    let mut parts = Path::new(name).components();
+    matches!(parts.next(), Some(Component::Normal(_))) && parts.next().is_none()
+}
+
+/// Reads a snapshot's files into a fresh folder of `incoming` and installs it. Pieces that do
+/// not read are an error (the connection ends); a snapshot that does not install is answered.
+async fn receive_snapshot(
+    conn: &mut TcpStream,
+    served: &Served,
+    vote: Vote,
+    meta: super::SnapshotMeta,
+) -> io::Result<Response> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = served
+        .incoming
+        .join(format!("snap-{}", N.fetch_add(1, Ordering::Relaxed)));
+    fs::create_dir_all(&dir)?;
+    let result = async {
+        while let Piece::Data { name, bytes } = recv::<Piece>(conn, MAX_FRAME).await? {
+            if !plain_name(&name) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("snapshot file name {name:?}"),
+                ));
+            }
+            fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(&name))?
+                .write_all(&bytes)?;
+        }
+        let snapshot = Snapshot {
+            meta,
+            snapshot: SnapshotFiles { dir: dir.clone() },
+        };
+        Ok(
+            match served.raft.install_full_snapshot(vote, snapshot).await {
+                Ok(r) => Response::Snapshot(r),
+                Err(e) => Response::Failed(e.to_string()),
+            },
+        )
+    }
+    .await;
+    let _ = fs::remove_dir_all(&dir);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_bound_and_resets_on_success() {
+        let t = Instant::now();
+        let mut b = Backoff::default();
+        assert!(b.ready(t));
+        let delays: Vec<u128> = (0..7).map(|_| b.failed(t).as_millis()).collect();
+        assert_eq!(delays, [50, 100, 200, 400, 800, 1000, 1000]);
+        assert!(!b.ready(t + Duration::from_millis(999)));
+        assert!(b.ready(t + Duration::from_millis(1000)));
+        b.succeeded();
+        assert!(b.ready(t));
+        assert_eq!(b.failed(t), FIRST_DELAY);
+    }
+
+    #[test]
+    fn only_plain_file_names_are_taken() {
+        assert!(plain_name("meta") && plain_name("shard-0.snap"));
+        for bad in ["", ".", "..", "../x", "a/b", "/etc/passwd"] {
+            assert!(!plain_name(bad), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! The node runtime (replication.md §4.9): one thread with a tokio runtime of its own runs
+//! openraft's `Raft` on our log and state machine, and the cluster port's listener that serves
+//! peers' RPCs into it. The server reaches it through [`Handle`], a `Send` handle whose calls
+//! run on the node's runtime whatever runtime (or none) the caller has.
+//!
+//! `--cluster-init` (replication.md §4.8): on an empty dir, the node first asks every listed
+//! peer whether it already belongs to a cluster, refuses if one does, and only then calls
+//! `initialize`. The other nodes start empty and wait to be contacted.
+
+use std::fs;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{ClientWriteError, ForwardReason, LinearizableReadError};
+use openraft::impls::ProgressResponder;
+use openraft::{RaftMetrics, ReadPolicy, ServerState, SnapshotPolicy};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+
+use super::config::{ClusterConfig, Members};
+use super::entry::ShardEntry;
+use super::log::{LogStore, SEGMENT_BYTES};
+use super::network::{serve, Network, Served};
+use super::state::{Raft, StateMachine};
+use super::{LeaderId, LogId, TypeConfig};
+
+/// How long `--cluster-init` waits for every listed peer to answer (they may start after it).
+const INIT_WAIT: Duration = Duration::from_secs(30);
+
+/// A node's part in its cluster now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Runs every command.
+    Leader,
+    /// Follows a leader (or waits for one).
+    Follower,
+    /// Stands for election.
+    Candidate,
+    /// Not a voter (a node not yet in a cluster, too).
+    Learner,
+    /// Stopped.
+    Shutdown,
+}
+
+/// The known leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// Its node id.
+    pub id: u64,
+    /// Where clients reach it (what `MOVED` hands out).
+    pub client_addr: String,
+}
+
+/// What this node knows of a peer (on the leader: its replication).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerStatus {
+    /// The peer's node id.
+    pub id: u64,
+    /// Its cluster port.
+    pub raft_addr: String,
+    /// The last index it holds, as far as the leader knows (`None` elsewhere).
+    pub matched: Option<u64>,
+    /// How far behind the leader's log it is (`None` elsewhere).
+    pub lag: Option<u64>,
+}
+
+/// A node's Raft state, from openraft's metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// This node.
+    pub id: u64,
+    /// Its role.
+    pub role: Role,
+    /// The current term.
+    pub term: u64,
+    /// The leader, when one is known.
+    pub leader: Option<Leader>,
+    /// The committed leadership this node knows (term and node): a leader's writes name it.
+    pub leader_id: Option<LeaderId>,
+    /// The last committed index.
+    pub committed: Option<u64>,
+    /// The last applied index.
+    pub applied: Option<u64>,
+    /// The last index in this node's log.
+    pub last_index: Option<u64>,
+    /// The last index the current snapshot includes.
+    pub snapshot: Option<u64>,
+    /// The last index removed from the log (a follower behind it needs the snapshot).
+    pub purged: Option<u64>,
+    /// Every other voter.
+    pub peers: Vec<PeerStatus>,
+}
+
+impl Status {
+    fn of(m: &RaftMetrics<TypeConfig>) -> Status {
+        let membership = m.membership_config.membership();
+        let leader = m.current_leader.map(|id| Leader {
+            id,
+            client_addr: membership
+                .get_node(&id)
+                .map(|p| p.client_addr.clone())
+                .unwrap_or_default(),
+        });
+        let peers = membership
+            .nodes()
+            .filter(|(id, _)| **id != m.id)
+            .map(|(id, p)| {
+                // Known on the leader only: the last entry the peer holds, if any.
+                let progress = m.replication.as_ref().and_then(|r| r.get(id));
+                let count = |last: Option<u64>| last.map_or(0, |i| i + 1);
+                PeerStatus {
+                    id: *id,
+                    raft_addr: p.raft_addr.clone(),
+                    matched: progress.and_then(|l| l.as_ref().map(|l| l.index)),
+                    lag: progress.map(|l| {
+                        count(m.last_log_index).saturating_sub(count(l.as_ref().map(|l| l.index)))
+                    }),
+                }
+            })
+            .collect();
+        Status {
+            id: m.id,
+            role: match m.state {
+                ServerState::Leader => Role::Leader,
+                ServerState::Follower => Role::Follower,
+                ServerState::Candidate => Role::Candidate,
+                ServerState::Learner => Role::Learner,
+                ServerState::Shutdown => Role::Shutdown,
+            },
+            term: m.current_term,
+            leader,
+            leader_id: m.vote.committed.then_some(m.vote.leader_id),
+            committed: m.local_committed.as_ref().map(|l| l.index),
+            applied: m.last_applied.map(|l| l.index),
+            last_index: m.last_log_index,
+            snapshot: m.snapshot.as_ref().map(|l| l.index),
+            purged: m.purged.as_ref().map(|l| l.index),
+            peers,
+        }
+    }
+}
+
+/// Why a write did not commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteError {
+    /// This node does not lead (or no longer in the leadership the write named): nothing was
+    /// written. The leader, if known.
+    NotLeader(Option<u64>),
+    /// This node leads, but no quorum acknowledged it within the leader lease: just elected (no
+    /// follower answered yet) or cut off from the others (CheckQuorum). Nothing was written;
+    /// a retry may succeed (`-TRYAGAIN`).
+    NoQuorum,
+    /// The outcome is unknown: leadership moved (or the node stopped) after the entry was
+    /// appended, so it may or may not commit (`-LEADERCHANGED`).
+    Unknown,
+}
+
+/// Why a linearizable read cannot be served here now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadError {
+    /// This node does not lead; the leader, if known.
+    NotLeader(Option<u64>),
+    /// No quorum confirmed the leadership, or the node stopped; why.
+    Unavailable(String),
+}
+
+/// The node stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stopped;
+
+/// The `Send` handle the server uses: every call runs on the node's runtime.
+#[derive(Clone)]
+pub struct Handle {
+    pub(super) raft: Raft,
+    rt: tokio::runtime::Handle,
+    status: watch::Receiver<Status>,
+}
+
+impl Handle {
+    async fn on_node<T: Send + 'static>(
+        &self,
+        f: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, Stopped> {
+        self.rt.spawn(f).await.map_err(|_| Stopped)
+    }
+
+    /// Proposes `entry` as the leader in `leader` (the shard evaluated it as that leader), and
+    /// waits until it is committed and applied: its log id.
+    pub async fn write(&self, entry: ShardEntry, leader: LeaderId) -> Result<LogId, WriteError> {
+        let raft = self.raft.clone();
+        let done = self.on_node(async move {
+            let (responder, rx) = ProgressResponder::complete_only();
+            raft.write(entry)
+                .with_leader(leader)
+                .responder(responder)
+                .await
+                .map_err(|_| WriteError::Unknown)?;
+            match rx.await {
+                Ok(Ok(r)) => Ok(r.log_id),
+                Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(match f.reason {
+                    ForwardReason::LeaseExpired => WriteError::NoQuorum,
+                    _ => WriteError::NotLeader(f.leader_id),
+                }),
+                // Discarded on a leader change, or no answer before the node stopped.
+                Ok(Err(_)) | Err(_) => Err(WriteError::Unknown),
+            }
+        });
+        done.await.unwrap_or(Err(WriteError::Unknown))
+    }
+
+    /// The node's state, updated as it changes.
+    pub fn status(&self) -> watch::Receiver<Status> {
+        self.status.clone()
+    }
+
+    /// Returns once this node is confirmed leader by a quorum and has applied everything
+    /// committed before the call: a read served then is linearizable.
+    pub async fn ensure_linearizable(&self) -> Result<(), ReadError> {
+        let raft = self.raft.clone();
+        let read = self.on_node(async move {
+            match raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(match e.api_error() {
+                    Some(LinearizableReadError::ForwardToLeader(f)) => {
+                        ReadError::NotLeader(f.leader_id)
+                    }
+                    _ => ReadError::Unavailable(e.to_string()),
+                }),
+            }
+        });
+        read.await
+            .unwrap_or_else(|_| Err(ReadError::Unavailable("the node stopped".into())))
+    }
+
+    /// Asks the leader (this node) to hand leadership to node `to`.
+    pub async fn transfer_leader(&self, to: u64) -> Result<(), Stopped> {
+        let raft = self.raft.clone();
+        self.on_node(async move { raft.trigger().transfer_leader(to).await })
+            .await?
+            .map_err(|_| Stopped)
+    }
+}
+
+/// A running node; [`Node::shutdown`] (or dropping it) stops it.
+pub struct Node {
+    handle: Handle,
+    raft_addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the node thread hands back once it runs.
+struct Started {
+    handle: Handle,
+    raft_addr: SocketAddr,
+}
+
+impl Node {
+    /// Starts the node's thread: opens its log and state machine in `cfg.dir`, listens on the
+    /// cluster port, runs Raft, and with `cfg.init` forms the cluster. Returns once it runs;
+    /// the error says why it could not.
+    pub fn start(cfg: ClusterConfig) -> Result<Node, String> {
+        cfg.check()?;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stop_rx) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("raft-node-{}", cfg.id))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("the Raft runtime: {e}")));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    match boot(cfg).await {
+                        Ok((started, raft)) => {
+                            let _ = ready_tx.send(Ok(started));
+                            // Until asked to stop, or until the `Node` is gone.
+                            let _ = stop_rx.await;
+                            let _ = raft.shutdown().await;
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                        }
+                    }
+                });
+                // Dropping the runtime ends the listener and every peer connection.
+            })
+            .map_err(|e| format!("the Raft thread: {e}"))?;
+        let started = ready_rx
+            .recv()
+            .map_err(|_| "the Raft thread stopped before it ran".to_string())
+            .and_then(|r| r);
+        match started {
+            Ok(s) => Ok(Node {
+                handle: s.handle,
+                raft_addr: s.raft_addr,
+                stop: Some(stop),
+                thread: Some(thread),
+            }),
+            Err(e) => {
+                let _ = thread.join();
+                Err(e)
+            }
+        }
+    }
+
+    /// The handle the server uses.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// Where the cluster port listens.
+    pub fn raft_addr(&self) -> SocketAddr {
+        self.raft_addr
+    }
+
+    /// Stops Raft and the listener, and waits for the thread (and the log's writer) to end.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+fn openraft_config(cfg: &ClusterConfig) -> Result<openraft::Config, String> {
+    let t = &cfg.timing;
+    openraft::Config {
+        cluster_name: "permitd".into(),
+        election_timeout_min: t.election_min_ms,
+        election_timeout_max: t.election_max_ms,
+        heartbeat_interval: t.heartbeat_ms,
+        // No heartbeat to a follower that acknowledged a write this recently (replication.md
+        // §4.7); heartbeat + this + a tick stays below the election timeout.
+        heartbeat_min_interval: Some(t.heartbeat_ms),
+        enable_pre_vote: Some(true),
+        // A whole snapshot per RPC: its files take longer than a heartbeat's 200 ms.
+        install_snapshot_timeout: 30_000,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_after),
+        max_in_snapshot_log_to_keep: t.keep_after_snapshot,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| format!("Raft settings: {e}"))
+}
+
+/// Opens the storage, listens, starts Raft, and forms the cluster when asked.
+async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
+    let config = Arc::new(openraft_config(&cfg)?);
+    let log = LogStore::open(&cfg.dir.join("log"), SEGMENT_BYTES)?;
+    let sm_dir = cfg.dir.join("sm");
+    let sm = StateMachine::open(&sm_dir, cfg.shards)
+        .map_err(|e| format!("the Raft state machine: {e}"))?;
+    let incoming = cfg.dir.join("incoming");
+    match fs::remove_dir_all(&incoming) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", incoming.display())),
+    }
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| format!("the cluster port {}: {e}", cfg.listen))?;
+    let raft_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let network = Network::new(cfg.id, cfg.secret.clone());
+    let raft = Raft::new(cfg.id, config, network, log, sm)
+        .await
+        .map_err(|e| format!("Raft: {e}"))?;
+    tokio::spawn(serve(
+        listener,
+        Served {
+            raft: raft.clone(),
+            id: cfg.id,
+            secret: cfg.secret.clone(),
+            incoming,
+        },
+    ));
+    if let Some(members) = &cfg.init {
+        if let Err(e) = initialize(&raft, &cfg, members).await {
+            let _ = raft.shutdown().await;
+            return Err(e);
+        }
+    }
+    let handle = Handle {
+        raft: raft.clone(),
+        rt: tokio::runtime::Handle::current(),
+        status: publish_status(&raft),
+    };
+    Ok((Started { handle, raft_addr }, raft))
+}
+
+/// A watch of [`Status`], kept up to date from openraft's metrics by a task of the runtime.
+fn publish_status(raft: &Raft) -> watch::Receiver<Status> {
+    let mut metrics = raft.metrics();
+    let (tx, rx) = watch::channel(Status::of(&metrics.borrow_watched()));
+    tokio::spawn(async move {
+        while metrics.changed().await.is_ok() {
+            let status = Status::of(&metrics.borrow_watched());
+            tx.send_replace(status);
+        }
+    });
+    rx
+}
+
+/// `--cluster-init`: refuses on a node that already belongs to a cluster, or when a listed
+/// peer does; otherwise makes `members` the first membership.
+async fn initialize(raft: &Raft, cfg: &ClusterConfig, members: &Members) -> Result<(), String> {
+    if raft.is_initialized().await.map_err(|e| e.to_string())? {
+        return Err(
+            "--cluster-init: this node already belongs to a cluster (--cluster-init forms one \
+             on an empty --dir, once)"
+                .into(),
+        );
+    }
+    let mut network = Network::new(cfg.id, cfg.secret.clone());
+    let deadline = Instant::now() + INIT_WAIT;
+    for (&id, peer) in members.iter().filter(|(&id, _)| id != cfg.id) {
+        let client = network.client(id, peer);
+        loop {
+            match client.initialized(Duration::from_secs(2)).await {
+                Ok(false) => break,
+                Ok(true) => {
+                    return Err(format!(
+                        "--cluster-init: node {id} at {} already belongs to a cluster",
+                        peer.raft_addr
+                    ))
+                }
+                // A wrong secret will not get better by waiting.
+                Err(e)
+                    if e.kind() != io::ErrorKind::PermissionDenied && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "--cluster-init: node {id} at {}: {e}",
+                        peer.raft_addr
+                    ))
+                }
+            }
+        }
+    }
+    raft.initialize(members.clone())
+        .await
+        .map_err(|e| format!("--cluster-init: {e}"))
+}
