@@ -96,6 +96,15 @@ enum CallError {
 }
 
 impl Pool {
+    fn new(target: u64, addr: &str) -> Pool {
+        Pool {
+            target,
+            addr: addr.to_string(),
+            idle: Mutex::new(Vec::new()),
+            backoff: Mutex::new(Backoff::default()),
+        }
+    }
+
     /// An idle connection, or a new authenticated one.
     async fn take(&self, local: &Local) -> Result<TcpStream, CallError> {
         if let Some(conn) = self.idle.lock().expect("pool lock").pop() {
@@ -219,17 +228,6 @@ impl Network {
     }
 }
 
-impl Pool {
-    fn new(target: u64, addr: &str) -> Pool {
-        Pool {
-            target,
-            addr: addr.to_string(),
-            idle: Mutex::new(Vec::new()),
-            backoff: Mutex::new(Backoff::default()),
-        }
-    }
-}
-
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
@@ -251,6 +249,11 @@ fn wrong_answer(got: &Response) -> io::Error {
         io::ErrorKind::InvalidData,
         format!("unexpected answer {got:?}"),
     )
+}
+
+/// An answer of another kind than the request's: the peer is out of step.
+fn out_of_step(got: &Response) -> RpcError {
+    RPCError::Network(NetworkError::new(&wrong_answer(got)))
 }
 
 impl PeerClient {
@@ -346,7 +349,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .await?
         {
             Response::Append(r) => Ok(r),
-            other => Err(RPCError::Network(NetworkError::new(&wrong_answer(&other)))),
+            other => Err(out_of_step(&other)),
         }
     }
 
@@ -360,7 +363,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .await?
         {
             Response::Vote(r) => Ok(r),
-            other => Err(RPCError::Network(NetworkError::new(&wrong_answer(&other)))),
+            other => Err(out_of_step(&other)),
         }
     }
 
@@ -374,7 +377,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .await?
         {
             Response::Vote(r) => Ok(r),
-            other => Err(RPCError::Network(NetworkError::new(&wrong_answer(&other)))),
+            other => Err(out_of_step(&other)),
         }
     }
 
@@ -392,7 +395,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .await?
         {
             Response::TransferLeader(r) => Ok(r),
-            other => Err(RPCError::Network(NetworkError::new(&wrong_answer(&other)))),
+            other => Err(out_of_step(&other)),
         }
     }
 
