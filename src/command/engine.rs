@@ -117,6 +117,52 @@ pub(super) fn sem_acquire(a: &[Bytes], limits: &Limits) -> Result<E, Error> {
     }))
 }
 
+/// `SEM.ACQUIREALL ns lease timeout sem weight [sem weight ...] [META k v ...]`. The pairs run
+/// up to the word `META` in a semaphore's place: a semaphore named so is acquired with
+/// SEM.ACQUIRE.
+pub(super) fn sem_acquire_all(a: &[Bytes], limits: &Limits) -> Result<E, Error> {
+    let rest = &a[4..];
+    let meta_at = (0..rest.len())
+        .step_by(2)
+        .find(|&i| rest[i].eq_ignore_ascii_case(b"META"))
+        .unwrap_or(rest.len());
+    let (pairs, opts) = rest.split_at(meta_at);
+    let o = Options::parse(opts, &[Opt::Meta])?;
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
+        return Err(Error::syntax());
+    }
+    let weights = pairs
+        .chunks(2)
+        .map(|p| args::int(&p[1]))
+        .collect::<Result<Vec<i64>, Error>>()?;
+    let timeout = args::timeout(&a[3], limits)?;
+    let ns = ns(a, limits)?;
+    let mut parts: Vec<r::Part> = Vec::with_capacity(weights.len());
+    for (p, weight) in pairs.chunks(2).zip(weights) {
+        let sem = args::name(&p[0], "semaphore", limits)?;
+        let weight = args::positive(weight, "weight")?;
+        if parts.iter().any(|q| q.sem == sem) {
+            return Err(Error::InvalidArg(format!(
+                "semaphore '{sem}' is listed more than once"
+            )));
+        }
+        parts.push(r::Part { sem, weight });
+    }
+    if parts.len() > r::MAX_ACQUIRE_ALL {
+        return Err(Error::InvalidArg(format!(
+            "at most {} semaphores per SEM.ACQUIREALL",
+            r::MAX_ACQUIRE_ALL
+        )));
+    }
+    Ok(E::SemAcquireAll(r::SemAcquireAll {
+        ns,
+        lease: LeaseId::parse(&a[2]),
+        timeout,
+        parts,
+        meta: o.meta(limits)?,
+    }))
+}
+
 pub(super) fn sem_release(a: &[Bytes], limits: &Limits) -> Result<E, Error> {
     Ok(E::SemRelease(r::SemRelease {
         ns: ns(a, limits)?,

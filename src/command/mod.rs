@@ -78,6 +78,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::SemUpdate => engine(engine::sem_update),
         C::SemDelete => engine(engine::sem_delete),
         C::SemAcquire => engine(engine::sem_acquire),
+        C::SemAcquireAll => engine(engine::sem_acquire_all),
         C::SemRelease => engine(engine::sem_release),
         C::SemHolders => engine(engine::sem_holders),
         C::LeaseCreate => engine(engine::lease_create),

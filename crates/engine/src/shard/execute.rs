@@ -26,12 +26,21 @@ impl Shard {
             R::SemGet(r) => self.sem(&r.ns, &r.sem).map(view::semaphore),
             R::SemList(r) => self.sem_list(&r.ns, &r.page),
             R::SemUpdate(r) => self.sem_update(now, r),
-            R::SemDelete(r) => self.sem_delete(&r.ns, &r.sem),
+            R::SemDelete(r) => self.sem_delete(now, &r.ns, &r.sem),
             R::SemAcquire(mut r) => {
                 if !may_wait {
                     r.timeout = 0;
                 }
                 return match self.acquire(now, r) {
+                    Ok(exec) => exec,
+                    Err(e) => Exec::Reply(Reply::Error(e)),
+                };
+            }
+            R::SemAcquireAll(mut r) => {
+                if !may_wait {
+                    r.timeout = 0;
+                }
+                return match self.acquire_all(now, r) {
                     Ok(exec) => exec,
                     Err(e) => Exec::Reply(Reply::Error(e)),
                 };
