@@ -1976,27 +1976,32 @@ fn every_end_of_a_parked_acquireall_leaves_all_its_queues() {
 }
 
 #[test]
-fn a_shrinking_part_frees_permits_at_once_and_needs_no_place_in_its_queue() {
+fn a_parked_acquireall_keeps_its_place_in_every_queue_even_where_it_shrinks() {
     let mut e = two_sems(3, 1);
     let w = e.lease("ns", "w", 60);
     let h = e.lease("ns", "h", 60);
     let x = e.lease("ns", "x", 60);
+    let y = e.lease("ns", "y", 60);
     e.got("a", &w, 3);
     e.got("b", &h, 1);
-    let wx = e.waiting("a", &x, 2, "30");
+    let wx = e.waiting("a", &x, 2, "5");
     // w lowers a to 1 and wants b: it parks (b is taken), keeping its hold of 3 meanwhile.
     let ww = e.waiting_all(&w, "30", &[("a", 1), ("b", 1)]);
     assert_eq!(e.hold_list("ns", "a"), vec![(w.clone(), 3)]);
-    // Its part on a needs nothing, so x ahead of it on a does not hold it back.
+    let wy = e.waiting("a", &y, 1, "30");
+    // x came first on a: w waits for its turn there too (SPEC §12), even with b free.
     e.release("b", &h);
+    assert!(e.outbox().is_empty());
+    // x, which waits for the permits w holds, times out; then w is served at once, and the 2
+    // permits its smaller hold lets go of a go to y in the same step.
+    e.at(T0 + 5 * S);
+    e.shard.check();
     let out = e.outbox();
+    assert_eq!(outcome(only_for(&out, wx)), TIMED_OUT);
     assert_eq!(outcome(only_for(&out, ww)), ACQUIRED);
-    assert_eq!(
-        outcome(only_for(&out, wx)),
-        ACQUIRED,
-        "the 2 permits w let go of a"
-    );
-    assert_eq!(e.hold_list("ns", "a"), vec![(w.clone(), 1), (x.clone(), 2)]);
+    assert_eq!(outcome(only_for(&out, wy)), ACQUIRED);
+    assert_eq!(e.hold_list("ns", "a"), vec![(w.clone(), 1), (y.clone(), 1)]);
+    assert_eq!(e.hold_list("ns", "b"), vec![(w.clone(), 1)]);
 }
 
 #[test]

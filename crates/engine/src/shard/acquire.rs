@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::base::{
     lease_ref, ns_mut, sem_missing, sem_mut, weight_exceeds, weight_exceeds_on, Cx, Exec, Shard,
 };
-use super::queue::{grant, serve, touch, Want};
+use super::queue::{grant, serve, serve_many, touch, Want};
 use crate::error::Error;
 use crate::journal::Record;
 use crate::leases::LeaseRef;
@@ -212,9 +212,7 @@ impl Shard {
                 tokens.push(Some(grant(&ns, s, l, want, now, &mut self.cx)));
             }
             self.cx.stats.acquire_acquired += 1;
-            for sem in shrunk {
-                serve(n, &sem, now, &mut self.cx);
-            }
+            serve_many(n, shrunk, now, &mut self.cx);
             let holds = sems.iter().map(|s| &n.semaphores[s]).zip(tokens);
             return Ok(Exec::Reply(view::acquire_all(Outcome::Acquired, holds)));
         }

@@ -1,6 +1,7 @@
 //! Holds given and queues served: what every change that frees permits runs, whichever command
 //! or deadline made it (SEM.RELEASE, LEASE.REVOKE, an expiry, a smaller re-acquire, SEM.UPDATE).
 
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
 use super::base::{lease_missing, weight_exceeds, weight_exceeds_on, Cx};
@@ -84,22 +85,41 @@ pub(super) fn forget_waiter(cx: &mut Cx, lease: (u32, LeaseRef), w: WaiterId, de
 
 /// Serves `sem`'s queue from its head while the head fits: strict FIFO, so a head that does not
 /// fit blocks those behind it. A SEM.ACQUIREALL at the head is served only once it is also the
-/// head (or needs nothing) in each of its other queues and all of them can grant it; when it
+/// head of each of its other queues and all of them can grant it; when it
 /// leaves, each queue it left is served in turn. Nothing is served while grants are held.
 pub(super) fn serve(n: &mut Namespace, sem: &Name, now: Nanos, cx: &mut Cx) {
     if cx.grants_held {
         return;
     }
     // Queues to serve again, filled only when a SEM.ACQUIREALL leaves its queues (an empty
-    // Vec allocates nothing, so a plain queue pays nothing for it).
-    let mut more: Vec<Name> = Vec::new();
+    // set allocates nothing, so a plain queue pays nothing for it).
+    let mut more = BTreeSet::new();
     serve_queue(n, sem, now, cx, &mut more);
-    while let Some(sem) = more.pop() {
-        serve_queue(n, &sem, now, cx, &mut more);
+    drain(n, more, now, cx);
+}
+
+/// Serves the queues of `sems` as [`serve`] does, all in one worklist.
+pub(super) fn serve_many(
+    n: &mut Namespace,
+    sems: impl IntoIterator<Item = Name>,
+    now: Nanos,
+    cx: &mut Cx,
+) {
+    if !cx.grants_held {
+        drain(n, sems.into_iter().collect(), now, cx);
     }
 }
 
-fn serve_queue(n: &mut Namespace, sem: &Name, now: Nanos, cx: &mut Cx, more: &mut Vec<Name>) {
+/// Serves the queues of `todo` and those that SEM.ACQUIREALLs leaving them add, the first name
+/// first: one order whatever the way in, so that a reference model can follow the fencing
+/// tokens exactly.
+fn drain(n: &mut Namespace, mut todo: BTreeSet<Name>, now: Nanos, cx: &mut Cx) {
+    while let Some(sem) = todo.pop_first() {
+        serve_queue(n, &sem, now, cx, &mut todo);
+    }
+}
+
+fn serve_queue(n: &mut Namespace, sem: &Name, now: Nanos, cx: &mut Cx, more: &mut BTreeSet<Name>) {
     let Some(s) = n.semaphores.get_mut(sem) else {
         return;
     };
@@ -147,9 +167,10 @@ enum Verdict {
 }
 
 /// Judges SEM.ACQUIREALL `id` over its semaphores `all`: it fails if one of them can never
-/// grant it (weight above permits, holder quota reached), waits while one of them it must grow
-/// on has an earlier waiter or too few free permits, and is granted otherwise. A hold that does
-/// not grow needs nothing from anyone (SPEC §3), so its queue's order does not hold it back.
+/// grant it (weight above permits, holder quota reached), waits while it is not the head of
+/// each of its queues (SPEC §12: no earlier waiter in any of them still waits) or one where its
+/// hold grows has too few free permits, and is granted otherwise. Being the head everywhere,
+/// nothing can change its lot but a change to one of its queues, which serves that queue.
 fn verdict(n: &Namespace, id: WaiterId, all: &[Name], max_holders: usize) -> Verdict {
     let mut wait = false;
     for sem in all {
@@ -166,7 +187,7 @@ fn verdict(n: &Namespace, id: WaiterId, all: &[Name], max_holders: usize) -> Ver
         }
         let needed = w.weight - held.unwrap_or(0);
         let first = s.queue.first_key_value().map(|(k, _)| *k);
-        wait |= needed > 0 && (first != Some(id) || s.available() < needed);
+        wait |= first != Some(id) || s.available() < needed;
     }
     if wait {
         Verdict::Wait
@@ -184,7 +205,7 @@ fn serve_all_head(
     all: &[Name],
     now: Nanos,
     cx: &mut Cx,
-    more: &mut Vec<Name>,
+    more: &mut BTreeSet<Name>,
 ) {
     let verdict = verdict(n, id, all, cx.limits.max_holders_per_semaphore);
     if let Verdict::Wait = verdict {

@@ -7,7 +7,7 @@ use super::base::{
     Shard,
 };
 use super::namespaces::check_version;
-use super::queue::{serve, unpark};
+use super::queue::{serve_many, unpark};
 use super::time::Ending;
 use crate::error::Error;
 use crate::journal::{self, Record};
@@ -130,9 +130,7 @@ impl Shard {
         for h in s.holders.iter() {
             n.leases[h.lease].holds.remove(s.key);
         }
-        for q in touched {
-            serve(n, &q, now, &mut self.cx);
-        }
+        serve_many(n, touched, now, &mut self.cx);
         Ok(Reply::OK)
     }
 

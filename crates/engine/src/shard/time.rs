@@ -2,7 +2,7 @@
 //! acquires are taken out from outside (a client gone, CLIENT UNBLOCK).
 
 use super::base::{Cancel, Shard};
-use super::queue::{drop_lease, serve, unpark};
+use super::queue::{drop_lease, serve_many, unpark};
 use crate::error::Error;
 use crate::journal::Record;
 use crate::protocol::Reply;
@@ -59,9 +59,9 @@ impl Shard {
     pub(super) fn serve_all(&mut self, mut touched: Vec<(Name, Name)>, now: Nanos) {
         touched.sort();
         touched.dedup();
-        for (ns, sem) in touched {
-            if let Some(n) = self.namespaces.get_mut(&ns) {
-                serve(n, &sem, now, &mut self.cx);
+        for group in touched.chunk_by(|a, b| a.0 == b.0) {
+            if let Some(n) = self.namespaces.get_mut(&group[0].0) {
+                serve_many(n, group.iter().map(|(_, s)| s.clone()), now, &mut self.cx);
             }
         }
     }
