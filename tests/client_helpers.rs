@@ -129,7 +129,7 @@ async fn without_a_heartbeat_the_lease_expires() {
 async fn with_permits_takes_every_semaphore_or_none_and_releases_them() {
     let server = Server::start();
     setup(&mut server.conn(), "team", "db", 2);
-    setup(&mut server.conn(), "team", "cache", 1);
+    ok(&mut server.conn(), &["SEM.CREATE", "team", "cache", "1"]);
     let mut c = conn(&server).await;
     let lease = Lease::create(&mut c, "team", "worker-1", 30).await.unwrap();
     let other = Lease::create(&mut c, "team", "worker-2", 30).await.unwrap();
