@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -25,9 +26,10 @@ use super::msg::{Done, Durable, Ran, ShardMsg};
 use super::multi::{self, Step, Transaction};
 use super::parking::Parking;
 use super::session::check_permissions;
+use super::stats::Outcome;
 use super::surface;
 use crate::command::table::Flag;
-use crate::command::{self, Cmd, Request, SessionRequest};
+use crate::command::{self, Cmd, CommandSpec, Request, SessionRequest};
 use crate::engine::page::Page;
 use crate::engine::request::EngineRequest;
 use crate::engine::shard::{merge_ns_pages, ns_page_reply};
@@ -53,14 +55,25 @@ impl Service for Dispatch {
         conn.ctx.count_command();
         let spec = match command::resolve(&argv) {
             Ok(s) => s,
-            Err(e) => return self.reject(conn, e, true).await,
+            Err(e) => {
+                // An arity error counts as a rejected call of the command, as in Redis; an
+                // unknown command only as an error.
+                match command::known(&argv) {
+                    Some(spec) => {
+                        conn.ctx
+                            .record(spec.name, Duration::ZERO, Outcome::Rejected, Some(&e))
+                    }
+                    None => conn.ctx.count_error(&e),
+                }
+                return self.reject(conn, e, true).await;
+            }
         };
         conn.session.client().touch(spec.name);
         if spec.cmd == Cmd::Debug {
             let local = conn.session.client().is_local();
             if !conn.g.config.enable_debug_command.allows(local) {
                 let e = Error::Err(DEBUG_NOT_ALLOWED.into());
-                return self.reject(conn, e, true).await;
+                return self.refuse(conn, spec, e).await;
             }
         }
         if !spec.flags.has(Flag::NoAuth) {
@@ -69,7 +82,7 @@ impl Service for Dispatch {
                 Some(user) => check_permissions(user, spec, &argv).err(),
             };
             if let Some(e) = denied {
-                return self.reject(conn, e, true).await;
+                return self.refuse(conn, spec, e).await;
             }
         }
         // Past --maxmemory: what would add state is refused, and so is queueing anything into a
@@ -79,20 +92,25 @@ impl Service for Dispatch {
         let queues = self.multi.is_some() && !ends;
         if (spec.flags.has(Flag::DenyOom) || queues) && conn.g.memory.exceeded() {
             return self
-                .reject(conn, Error::Oom(memory::OOM.into()), true)
+                .refuse(conn, spec, Error::Oom(memory::OOM.into()))
                 .await;
         }
+        let started = Instant::now();
         match spec.cmd {
             Cmd::Multi => {
                 self.flush_batch(conn).await;
                 let reply = multi::start(&mut self.multi, conn.session.client());
-                return conn.push(reply);
+                return ran(conn, spec.name, started, reply);
             }
-            Cmd::Exec => return self.exec(conn).await,
+            Cmd::Exec => {
+                self.flush_batch(conn).await;
+                let reply = self.exec(conn).await;
+                return ran(conn, spec.name, started, reply);
+            }
             Cmd::Discard => {
                 self.flush_batch(conn).await;
                 let reply = multi::discard(&mut self.multi, conn.session.client());
-                return conn.push(reply);
+                return ran(conn, spec.name, started, reply);
             }
             Cmd::Quit | Cmd::Reset => {}
             _ => {
@@ -104,14 +122,21 @@ impl Service for Dispatch {
         }
         let req = match command::parse(spec, &argv, &conn.g.limits) {
             Ok(r) => r,
-            Err(e) => return self.reject(conn, e, false).await,
+            Err(e) => {
+                // A bad argument is found as the command runs, in Redis: a failed call.
+                conn.ctx
+                    .record(spec.name, started.elapsed(), Outcome::Failed, Some(&e));
+                return self.reject(conn, e, false).await;
+            }
         };
         match req {
+            // Counted where it runs, on its shard (worker.rs).
             Request::Engine(r) => self.engine(conn, r).await,
             other => {
                 self.flush_batch(conn).await;
+                let started = Instant::now();
                 if let Some(reply) = self.other(conn, other).await {
-                    conn.push(reply);
+                    ran(conn, spec.name, started, reply);
                 }
             }
         }
@@ -130,7 +155,21 @@ impl Service for Dispatch {
     }
 }
 
+/// Counts a call of `name` that started at `started` and answered `reply`, and buffers the reply.
+fn ran<S: Transport>(conn: &mut Conn<S>, name: &'static str, started: Instant, reply: Reply) {
+    conn.ctx.record_reply(name, started.elapsed(), &reply);
+    conn.push(reply);
+}
+
 impl Dispatch {
+    /// Refuses `spec` before it runs (a rejected call, in Redis's statistics); inside MULTI this
+    /// aborts the transaction.
+    async fn refuse<S: Transport>(&mut self, conn: &mut Conn<S>, spec: &CommandSpec, e: Error) {
+        conn.ctx
+            .record(spec.name, Duration::ZERO, Outcome::Rejected, Some(&e));
+        self.reject(conn, e, true).await;
+    }
+
     /// Answers an error; one found while queueing (`in_queue`) aborts the transaction.
     async fn reject<S: Transport>(&mut self, conn: &mut Conn<S>, e: Error, in_queue: bool) {
         self.flush_batch(conn).await;
@@ -244,21 +283,21 @@ impl Dispatch {
     }
 
     /// EXEC: runs the plan multi.rs makes of the transaction; the engine commands go to their
-    /// shard as one batch, acquires without waiting.
-    async fn exec<S: Transport>(&mut self, conn: &mut Conn<S>) {
-        self.flush_batch(conn).await;
+    /// shard as one batch, acquires without waiting (and are counted there); the others are
+    /// counted here, each as its own call, as Redis counts the commands of a transaction.
+    async fn exec<S: Transport>(&mut self, conn: &mut Conn<S>) -> Reply {
         let tx = match multi::take(&mut self.multi, conn.session.client()) {
             Ok(tx) => tx,
-            Err(reply) => return conn.push(reply),
+            Err(reply) => return reply,
         };
         if tx.adds_state() && conn.g.memory.exceeded() {
             let why = format!("Transaction discarded because of: OOM {}", memory::OOM);
-            return conn.push(Reply::Error(Error::ExecAbort(why)));
+            return Reply::Error(Error::ExecAbort(why));
         }
         let user = conn.session.current_user(&conn.g.acl).cloned();
         let plan = match tx.plan(user.as_ref(), &conn.g) {
             Ok(p) => p,
-            Err(reply) => return conn.push(reply),
+            Err(reply) => return reply,
         };
         let mut engine_done = match plan.shard {
             Some(s) => on_shard(conn, s, plan.engine).await,
@@ -273,13 +312,22 @@ impl Dispatch {
                     // No parker: nothing parks inside a transaction, nor is refused for a kill.
                     Some(Done::Parked(..) | Done::Killed) | None => shutting_down(),
                 },
-                Step::Failed(e) => Reply::Error(e),
-                Step::Run(req) => self.other(conn, req).await.unwrap_or(Reply::OK),
+                Step::Failed(name, e) => {
+                    conn.ctx
+                        .record(name, Duration::ZERO, Outcome::Failed, Some(&e));
+                    Reply::Error(e)
+                }
+                Step::Run(name, req) => {
+                    let started = Instant::now();
+                    let reply = self.other(conn, req).await.unwrap_or(Reply::OK);
+                    conn.ctx.record_reply(name, started.elapsed(), &reply);
+                    reply
+                }
             };
             replies.push(reply);
         }
         debug_assert!(engine_done.next().is_none());
-        conn.push(Reply::Array(replies));
+        Reply::Array(replies)
     }
 }
 
@@ -363,7 +411,11 @@ async fn ns_list<S: Transport>(conn: &mut Conn<S>, page: Page) -> Reply {
 
 /// INFO: every shard's figures, added up.
 async fn info_reply<S: Transport>(conn: &Conn<S>, sections: &[Bytes]) -> Reply {
-    let answers = conn.g.ask_all(|reply| ShardMsg::Info { reply }).await;
+    let latency = info::wants_latency(sections);
+    let answers = conn
+        .g
+        .ask_all(|reply| ShardMsg::Info { latency, reply })
+        .await;
     let parts: Vec<_> = answers.into_iter().map(|(_, p)| p).collect();
     let totals = info::sum(&parts);
     Reply::Verbatim(info::info_text(&conn.g, sections, totals).into())

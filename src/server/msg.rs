@@ -9,7 +9,9 @@ use tokio::sync::oneshot;
 
 use super::acl::User;
 use super::parking::Parking;
+use super::semstats::{NsGauge, SemGauge, SemKey, WaitHist};
 use super::session::Session;
+use super::stats::CommandStats;
 use crate::engine::page::{Page, PageOf};
 use crate::engine::request::EngineRequest;
 use crate::engine::types::Name;
@@ -119,13 +121,22 @@ pub enum ShardMsg {
     },
     /// Counters and sizes for INFO.
     Info {
+        /// Whether to include the latency histograms (INFO latencystats).
+        latency: bool,
         /// Where the figures go.
         reply: oneshot::Sender<ShardInfo>,
+    },
+    /// Everything `/metrics` shows of this shard, its namespaces and semaphores capped.
+    Metrics {
+        /// Most namespaces and semaphores to report (the busiest).
+        cap: usize,
+        /// Where the figures go.
+        reply: oneshot::Sender<ShardMetrics>,
     },
 }
 
 /// One shard's INFO figures.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ShardInfo {
     /// Namespaces, semaphores, leases, holders, waiters.
     pub counts: Counts,
@@ -135,4 +146,19 @@ pub struct ShardInfo {
     pub persist: PersistStats,
     /// Commands run by the connections of this thread.
     pub commands: u64,
+    /// The per-command figures of the commands run on this thread.
+    pub command_stats: CommandStats,
+}
+
+/// One shard's figures for `/metrics`.
+#[derive(Debug)]
+pub struct ShardMetrics {
+    /// What INFO shows, latency histograms included.
+    pub info: ShardInfo,
+    /// The busiest namespaces, at most the cap.
+    pub namespaces: Vec<NsGauge>,
+    /// The busiest semaphores, at most the cap.
+    pub semaphores: Vec<SemGauge>,
+    /// The semaphores that granted most waiters, with their waits.
+    pub waits: Vec<(SemKey, WaitHist)>,
 }

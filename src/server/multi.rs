@@ -38,10 +38,11 @@ pub struct Plan {
 pub enum Step {
     /// Answered by the next result of the engine batch.
     Engine,
-    /// A command run by itself (NS.LIST, INFO, a surface command).
-    Run(Request),
-    /// Refused when EXEC checked it again, or when parsed.
-    Failed(Error),
+    /// A command run by itself (NS.LIST, INFO, a surface command), with its name (its
+    /// statistics are counted under it).
+    Run(&'static str, Request),
+    /// Refused when EXEC checked it again, or when parsed, with the command's name.
+    Failed(&'static str, Error),
 }
 
 /// MULTI.
@@ -149,14 +150,14 @@ impl Transaction {
         let shard = namespace.map(|ns| g.shard_of(ns));
         let mut engine = Vec::new();
         let mut steps = Vec::with_capacity(parsed.len());
-        for r in parsed {
+        for ((spec, _), r) in self.queued.iter().zip(parsed) {
             steps.push(match r {
                 Ok(Request::Engine(e)) if e.namespace().is_some() => {
                     engine.push(e);
                     Step::Engine
                 }
-                Ok(other) => Step::Run(other),
-                Err(e) => Step::Failed(e),
+                Ok(other) => Step::Run(spec.name, other),
+                Err(e) => Step::Failed(spec.name, e),
             });
         }
         Ok(Plan {
