@@ -287,6 +287,15 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
             ),
             ("total_commands_processed", t.commands.to_string()),
             (
+                "total_error_replies",
+                t.command_stats
+                    .errors()
+                    .iter()
+                    .map(|(_, n)| n)
+                    .sum::<u64>()
+                    .to_string(),
+            ),
+            (
                 "rejected_connections",
                 g.clients.rejected_connections().to_string(),
             ),
