@@ -328,6 +328,49 @@ fn prometheus_scrapes_permitd_and_answers_promql() {
     assert!(answered, "PromQL answer: {last}\nprometheus log:\n{log}");
     ok(&mut con, &["SEM.RELEASE", "shop", "pool", &holder]);
     parked.join().unwrap();
+
+    // Every query of the Grafana dashboard and of docs/observability.md parses and runs.
+    for q in documented_queries() {
+        let path = format!("/api/v1/query?query={}", url_encoded(&q));
+        let answer = get(web, &path, None).2;
+        assert!(answer.contains("\"status\":\"success\""), "{q}: {answer}");
+    }
+}
+
+/// The PromQL of docs/grafana/permitd.json (Grafana's variables given values as Grafana would)
+/// and of the `promql` blocks of docs/observability.md.
+fn documented_queries() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dashboard = std::fs::read_to_string(root.join("docs/grafana/permitd.json")).unwrap();
+    let mut queries: Vec<String> = dashboard
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("\"expr\": \""))
+        .map(|e| {
+            e.trim_end_matches(',')
+                .trim_end_matches('"')
+                .replace("\\\"", "\"")
+                .replace("$__rate_interval", "1m")
+                .replace("$namespace", ".*")
+                .replace("$semaphore", ".*")
+        })
+        .collect();
+    assert!(queries.len() >= 10, "the dashboard's queries: {queries:?}");
+    let doc = std::fs::read_to_string(root.join("docs/observability.md")).unwrap();
+    let before = queries.len();
+    for b in doc.split("```promql\n").skip(1) {
+        queries.push(b.split("```").next().unwrap().trim().to_string());
+    }
+    assert!(queries.len() - before >= 3, "the doc's queries");
+    queries
+}
+
+fn url_encoded(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 #[test]
