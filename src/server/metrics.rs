@@ -368,37 +368,35 @@ impl Snapshot {
     }
 
     fn encode_namespaces(&self, enc: &mut DescriptorEncoder) -> Res {
-        let per = |name: &str, help: &str, v: fn(&NsGauge) -> u64| -> (String, String, Vec<_>) {
-            let samples = self
-                .namespaces
-                .iter()
-                .map(|n| ([("namespace", text(n.ns.bytes()))], gauge(v(n))))
-                .collect();
-            (name.to_string(), help.to_string(), samples)
-        };
-        for (name, help, samples) in [
-            per(
+        type Of = fn(&NsGauge) -> u64;
+        let series: [(&str, &str, Of); 4] = [
+            (
                 "permitd_namespace_semaphores",
                 "Semaphores in the namespace",
                 |n| n.semaphores,
             ),
-            per(
+            (
                 "permitd_namespace_leases",
                 "Live leases in the namespace",
                 |n| n.leases,
             ),
-            per(
+            (
                 "permitd_namespace_holders",
                 "Holders on the namespace's semaphores",
                 |n| n.holders,
             ),
-            per(
+            (
                 "permitd_namespace_waiters",
                 "Parked acquires on the namespace's semaphores",
                 |n| n.waiters,
             ),
-        ] {
-            family(enc, &name, &help, MetricType::Gauge, samples)?;
+        ];
+        for (name, help, of) in series {
+            let samples = self
+                .namespaces
+                .iter()
+                .map(|n| ([("namespace", text(n.ns.bytes()))], gauge(of(n))));
+            family(enc, name, help, MetricType::Gauge, samples)?;
         }
         Ok(())
     }
@@ -410,34 +408,34 @@ impl Snapshot {
                 ("semaphore", text(k.1.bytes())),
             ]
         };
-        let per = |v: fn(&SemGauge) -> i64| -> Vec<_> {
-            self.semaphores
-                .iter()
-                .map(|s| (labels(&s.key), gauge(v(s))))
-                .collect()
-        };
-        for (name, help, samples) in [
+        type Of = fn(&SemGauge) -> i64;
+        let series: [(&str, &str, Of); 4] = [
             (
                 "permitd_semaphore_permits",
                 "The semaphore's permits",
-                per(|s| s.permits),
+                |s| s.permits,
             ),
             (
                 "permitd_semaphore_active_holds",
                 "Permits held (sum of holder weights)",
-                per(|s| s.active_holds),
+                |s| s.active_holds,
             ),
             (
                 "permitd_semaphore_holders",
                 "Holders of the semaphore",
-                per(|s| s.holders as i64),
+                |s| s.holders as i64,
             ),
             (
                 "permitd_semaphore_waiters",
                 "Acquires parked on the semaphore",
-                per(|s| s.waiters as i64),
+                |s| s.waiters as i64,
             ),
-        ] {
+        ];
+        for (name, help, of) in series {
+            let samples = self
+                .semaphores
+                .iter()
+                .map(|s| (labels(&s.key), gauge(of(s))));
             family(enc, name, help, MetricType::Gauge, samples)?;
         }
         family(
