@@ -69,6 +69,9 @@ fn calls_failures_and_rejections_are_counted_as_redis() {
     // A bad argument is found as the command runs: a failed call.
     fails(&mut con, &["SEM.CREATE", "shop", "pool", "zero"]);
     assert_eq!(counts(&cmdstat(&mut con, "sem.create").unwrap()), (1, 0, 1));
+    // NS.LIST asks every shard and counts once.
+    ok(&mut con, &["NS.LIST"]);
+    assert_eq!(counts(&cmdstat(&mut con, "ns.list").unwrap()), (1, 0, 0));
     // Subcommands are named container|sub.
     ok(&mut con, &["CLIENT", "ID"]);
     assert_eq!(counts(&cmdstat(&mut con, "client|id").unwrap()), (1, 0, 0));

@@ -183,10 +183,11 @@ impl Dispatch {
 
     async fn engine<S: Transport>(&mut self, conn: &mut Conn<S>, r: EngineRequest) {
         let Some(ns) = r.namespace() else {
-            // NS.LIST, which every shard answers.
+            // NS.LIST, which every shard answers: counted here, as one call.
             self.flush_batch(conn).await;
+            let (name, started) = (command::engine_command_name(&r), Instant::now());
             if let Some(reply) = self.other(conn, Request::Engine(r)).await {
-                conn.push(reply);
+                ran(conn, name, started, reply);
             }
             return;
         };
