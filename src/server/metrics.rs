@@ -59,7 +59,10 @@ pub async fn serve(g: Arc<Global>, listener: std::net::TcpListener) {
                 async move { Ok::<_, Infallible>(answer(&g, req).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
+            // The timer gives hyper its default 30 s limit on reading a request's headers, so
+            // connections that never send one do not pile up.
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
                 .serve_connection(io, service)
                 .await;
         });
