@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::Duration;
@@ -260,27 +260,31 @@ fn promtool_accepts_the_exposition() {
     );
 }
 
-/// A helper process killed when the test ends.
-struct Helper(Child);
+/// A helper process, killed when the test ends, and its directory, removed then unless the
+/// test failed (to read its log).
+struct Helper(Child, PathBuf);
 
 impl Drop for Helper {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        if !thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
     }
 }
 
-fn spawn(program: &str, args: &[String], log: &Path) -> Helper {
-    let log = std::fs::File::create(log).unwrap();
-    Helper(
-        Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{program} (a Debian package) must be installed: {e}")),
-    )
+/// Runs `program` with `args`, its output into `dir`/`log`.
+fn spawn(program: &str, args: &[String], dir: &Path, log: &str) -> Helper {
+    let log = std::fs::File::create(dir.join(log)).unwrap();
+    let child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program} (a Debian package) must be installed: {e}"));
+    Helper(child, dir.to_path_buf())
 }
 
 #[test]
@@ -312,7 +316,8 @@ fn prometheus_scrapes_permitd_and_answers_promql() {
             format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
             format!("--web.listen-address=127.0.0.1:{web}"),
         ],
-        &dir.join("prometheus.log"),
+        &dir,
+        "prometheus.log",
     );
     let query = "/api/v1/query?query=permitd_semaphore_waiters%7Bnamespace%3D%22shop%22%2Csemaphore%3D%22pool%22%7D";
     let mut last = String::new();
@@ -390,7 +395,8 @@ fn redis_exporter_reads_command_and_error_stats() {
             format!("--redis.addr=redis://127.0.0.1:{}", s.port()),
             format!("--web.listen-address=127.0.0.1:{web}"),
         ],
-        &log,
+        &dir,
+        "exporter.log",
     );
     let mut body = String::new();
     let scraped = wait_until(Duration::from_secs(30), || {

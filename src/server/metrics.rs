@@ -254,7 +254,7 @@ impl Snapshot {
         let commands = cs.commands();
         let outcomes = commands.iter().flat_map(|(name, st)| {
             [
-                ("ok", st.calls - st.failed),
+                ("ok", st.calls.saturating_sub(st.failed)),
                 ("failed", st.failed),
                 ("rejected", st.rejected),
             ]
