@@ -11,6 +11,7 @@ pub mod table;
 
 use bytes::Bytes;
 
+pub use engine::name_of as engine_command_name;
 pub use request::{
     ClientListing, ClientType, KillFilter, ListFilter, Request, SessionRequest, Txn,
 };
@@ -54,6 +55,16 @@ pub fn resolve(argv: &[Bytes]) -> Result<&'static CommandSpec, Error> {
         return Err(Error::wrong_arity(sub.name));
     }
     Ok(sub)
+}
+
+/// The command or subcommand the words name, whatever their count: what an arity error is
+/// counted against (INFO commandstats' `rejected_calls`).
+pub fn known(argv: &[Bytes]) -> Option<&'static CommandSpec> {
+    let spec = table::lookup(&argv[0])?;
+    if spec.subcommands.is_empty() {
+        return Some(spec);
+    }
+    argv.get(1).and_then(|w| spec.subcommand(w))
 }
 
 /// Parses and validates a resolved command into a typed request. One arm per command: a command

@@ -126,6 +126,12 @@ pub fn acquire(outcome: Outcome, s: &Semaphore, token: Option<FencingToken>) -> 
     Reply::fields(fields)
 }
 
+/// Whether an acquire reply [`acquire`] built says ACQUIRED (the server's wait-time figures
+/// count the grants of parked acquires).
+pub fn is_acquired(r: &Reply) -> bool {
+    r.field("outcome") == Some(&Reply::text(Outcome::Acquired.as_str()))
+}
+
 /// A page: the list under `list`, then `next_cursor` and `previous_cursor` (`""` when none).
 pub fn page<K>(
     list: &'static str,
