@@ -87,6 +87,25 @@ pub struct Config {
     #[arg(long, env = "PERMITD_TIMEOUT", default_value_t = 0)]
     pub timeout: u64,
 
+    /// Log in SLOWLOG the commands that run this many microseconds or longer (0: every
+    /// command; negative: none), as Redis's `slowlog-log-slower-than`.
+    #[arg(
+        long,
+        env = "PERMITD_SLOWLOG_LOG_SLOWER_THAN",
+        default_value_t = 10_000,
+        allow_negative_numbers = true
+    )]
+    pub slowlog_log_slower_than: i64,
+
+    /// Most entries SLOWLOG keeps (the oldest go first), as Redis's `slowlog-max-len`.
+    #[arg(long, env = "PERMITD_SLOWLOG_MAX_LEN", default_value_t = 128)]
+    pub slowlog_max_len: usize,
+
+    /// Record in the latency monitor (LATENCY LATEST) the commands that run this many
+    /// milliseconds or longer; 0 turns it off, as Redis's `latency-monitor-threshold`.
+    #[arg(long, env = "PERMITD_LATENCY_MONITOR_THRESHOLD", default_value_t = 0)]
+    pub latency_monitor_threshold: u64,
+
     /// TCP keepalive probe interval in seconds (0: off), so dead peers are found and dropped.
     #[arg(long, env = "PERMITD_TCP_KEEPALIVE", default_value_t = 300)]
     pub tcp_keepalive: u64,
@@ -102,6 +121,16 @@ pub struct Config {
     /// this bounds what a client that reads slowly or never costs.
     #[arg(long, env = "PERMITD_CLIENT_OUTPUT_BUFFER_LIMIT", default_value_t = 64 * 1024 * 1024)]
     pub client_output_buffer_limit: usize,
+
+    /// Serve Prometheus metrics (`GET /metrics`) and a health check (`GET /health`) over HTTP
+    /// on this port of the bind address (0 picks a free one and logs it); off when unset.
+    #[arg(long, env = "PERMITD_METRICS_PORT")]
+    pub metrics_port: Option<u16>,
+
+    /// Most semaphores (and namespaces) with series of their own in `/metrics`, the busiest
+    /// first, so that many semaphores cannot flood the scraper.
+    #[arg(long, env = "PERMITD_METRICS_MAX_SEMAPHORES", default_value_t = 1000)]
+    pub metrics_max_semaphores: usize,
 
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing directive).
     #[arg(long, env = "PERMITD_LOG_LEVEL", default_value = "info")]
@@ -351,8 +380,22 @@ impl Config {
                 if self.protected_mode { "yes" } else { "no" }.to_string(),
             ),
             ("tls-port", self.tls_port.unwrap_or(0).to_string()),
+            ("metrics-port", self.metrics_port.unwrap_or(0).to_string()),
+            (
+                "metrics-max-semaphores",
+                self.metrics_max_semaphores.to_string(),
+            ),
             ("timeout", self.timeout.to_string()),
             ("tcp-keepalive", self.tcp_keepalive.to_string()),
+            (
+                "slowlog-log-slower-than",
+                self.slowlog_log_slower_than.to_string(),
+            ),
+            ("slowlog-max-len", self.slowlog_max_len.to_string()),
+            (
+                "latency-monitor-threshold",
+                self.latency_monitor_threshold.to_string(),
+            ),
             (
                 "client-output-timeout",
                 self.client_output_timeout.to_string(),

@@ -2,11 +2,13 @@
 //!
 //! Layers, from the wire in: [`protocol`] (request grammar, reply encoding), [`command`] (the
 //! command table, parsing into typed requests), [`engine`] (the deterministic shard state
-//! machine), [`server`] (listener, connections, shard threads, timers).
+//! machine), [`server`] (listener, connections, shard threads, timers); [`cluster`] (Raft
+//! storage for cluster mode, not yet wired into the server) sits beside [`persist`].
 
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod glob;

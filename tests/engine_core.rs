@@ -20,6 +20,9 @@ const S: i64 = NANOS_PER_SEC;
 /// A start time in the realistic range of "nanoseconds since the epoch".
 const T0: i64 = 1_700_000_000 * S;
 
+/// The client the harness's acquires park for.
+const CLIENT: u64 = 42;
+
 const ACQUIRED: &str = "ACQUIRE_OUTCOME_ACQUIRED";
 const UNAVAILABLE: &str = "ACQUIRE_OUTCOME_UNAVAILABLE";
 const TIMED_OUT: &str = "ACQUIRE_OUTCOME_TIMED_OUT";
@@ -70,7 +73,7 @@ impl Eng {
     }
 
     fn exec(&mut self, req: EngineRequest) -> Exec {
-        self.shard.execute(self.now, req, true)
+        self.shard.execute(self.now, req, Some(CLIENT))
     }
 
     /// Runs a command; a parse error is returned as an error reply.
@@ -144,6 +147,16 @@ impl Eng {
         self.holders(ns, sem)
             .iter()
             .map(|h| (text(h, "lease_id"), int(h, "weight")))
+            .collect()
+    }
+
+    /// `(lease_id, weight)` of every parked acquire (SEM.WAITERS, first page of up to 250),
+    /// in the order they are served.
+    fn wait_list(&mut self, sem: &str) -> Vec<(String, i64)> {
+        let r = self.ok(&["SEM.WAITERS", "ns", sem, "LIMIT", "250"]);
+        list(&r, "waiters")
+            .iter()
+            .map(|w| (text(w, "lease_id"), int(w, "weight")))
             .collect()
     }
 
@@ -440,7 +453,7 @@ fn acquire_inside_multi_never_waits() {
     let b = e.lease("ns", "b", 60);
     e.got("s", &a, 1);
     let req = e.req(&["SEM.ACQUIRE", "ns", "s", &b, "1", "5"]);
-    let r = reply(e.shard.execute(e.now, req, false));
+    let r = reply(e.shard.execute(e.now, req, None));
     assert_eq!(outcome(&r), UNAVAILABLE);
     assert_eq!(e.shard.counts().waiters, 0);
 }
@@ -609,6 +622,74 @@ fn fifo_with_mixed_weights_and_head_of_line_blocking() {
     assert_eq!(out.len(), 1);
     assert_eq!(outcome(only_for(&out, w3)), ACQUIRED);
     assert!(int(&out[0].1, "fencing_token") > t2);
+}
+
+#[test]
+fn sem_waiters_shows_the_queue_in_serving_order_and_drops_who_leaves() {
+    let mut e = Eng::new();
+    e.setup("ns", "s", 3);
+    let a = e.lease("ns", "a", 60);
+    let b = e.lease("ns", "proc-b", 60);
+    let c = e.lease("ns", "c", 60);
+    let d = e.lease("ns", "d", 60);
+    let f = e.lease("ns", "f", 60);
+    e.got("s", &a, 3);
+    assert!(e.wait_list("s").is_empty());
+    assert_eq!(int(&e.sem("ns", "s"), "waiters"), 0);
+    e.at(T0 + S);
+    let wb = e.waiting("s", &b, 2, "10");
+    e.at(T0 + 2 * S);
+    let _wc = e.waiting("s", &c, 1, "30");
+    let wd = e.waiting("s", &d, 3, "30");
+    let wf = e.waiting("s", &f, 1, "0.5");
+    assert_eq!(
+        e.wait_list("s"),
+        vec![
+            (b.clone(), 2),
+            (c.clone(), 1),
+            (d.clone(), 3),
+            (f.clone(), 1)
+        ]
+    );
+    let sem = e.sem("ns", "s");
+    assert_eq!(int(&sem, "waiters"), 4);
+    // The head's entry, field by field.
+    let r = e.ok(&["SEM.WAITERS", "ns", "s"]);
+    let head = &list(&r, "waiters")[0];
+    assert_eq!(text(head, "process_id"), "proc-b");
+    assert_eq!(int(head, "parked_at"), T0 + S);
+    assert_eq!(int(head, "deadline"), T0 + 11 * S);
+    assert_eq!(int(head, "client_id"), CLIENT as i64);
+    // Two at a time: every page but the last full, back again to exactly the first.
+    let p1 = e.ok(&["SEM.WAITERS", "ns", "s", "LIMIT", "2"]);
+    assert_eq!(list(&p1, "waiters").len(), 2);
+    assert_eq!(text(&p1, "previous_cursor"), "");
+    let next = text(&p1, "next_cursor");
+    let p2 = e.ok(&["SEM.WAITERS", "ns", "s", "CURSOR", &next, "LIMIT", "2"]);
+    let leases = |p: &Reply| -> Vec<String> {
+        list(p, "waiters")
+            .iter()
+            .map(|w| text(w, "lease_id"))
+            .collect()
+    };
+    assert_eq!(leases(&p2), vec![d.clone(), f.clone()]);
+    assert_eq!(text(&p2, "next_cursor"), "");
+    let prev = text(&p2, "previous_cursor");
+    let back = e.ok(&["SEM.WAITERS", "ns", "s", "CURSOR", &prev, "LIMIT", "2"]);
+    assert_eq!(leases(&back), leases(&p1));
+    let bad = e.err(&["SEM.WAITERS", "ns", "s", "CURSOR", "nope"]);
+    assert_eq!(bad.code(), "INVALIDARG");
+
+    // Leaving: a time-out, a cancel, a grant.
+    e.at(T0 + 2 * S + S / 2);
+    assert_eq!(outcome(only_for(&e.outbox(), wf)), TIMED_OUT);
+    assert!(e.shard.cancel(e.now, wd, Cancel::Disconnected));
+    assert_eq!(e.wait_list("s"), vec![(b.clone(), 2), (c.clone(), 1)]);
+    e.ok(&["SEM.RELEASE", "ns", "s", &a]);
+    assert_eq!(outcome(only_for(&e.outbox(), wb)), ACQUIRED);
+    assert!(e.wait_list("s").is_empty());
+    assert_eq!(int(&e.sem("ns", "s"), "waiters"), 0);
+    assert_eq!(e.err(&["SEM.WAITERS", "ns", "t"]).code(), "NOTFOUND");
 }
 
 #[test]
@@ -2011,7 +2092,7 @@ fn acquireall_inside_multi_never_waits() {
     let x = e.lease("ns", "x", 60);
     e.got("b", &h, 1);
     let req = e.req(&["SEM.ACQUIREALL", "ns", &x, "30", "a", "1", "b", "1"]);
-    let r = reply(e.shard.execute(e.now, req, false));
+    let r = reply(e.shard.execute(e.now, req, None));
     assert_eq!(outcome(&r), UNAVAILABLE);
     assert_eq!(e.shard.counts().waiters, 0);
 }

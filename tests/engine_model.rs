@@ -31,7 +31,7 @@ use permitd::engine::page::Page;
 use permitd::engine::request::{
     EngineRequest, LeaseCreate, LeaseList, LeaseRefresh, LeaseRevoke, NsCreate, NsDelete, NsGet,
     Part, SemAcquire, SemAcquireAll, SemCreate, SemDelete, SemGet, SemHolders, SemList, SemRelease,
-    SemUpdate,
+    SemUpdate, SemWaiters,
 };
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};
 use permitd::engine::{Cancel, Counts, Exec, Shard, Stats, WaiterId};
@@ -48,6 +48,8 @@ const SEMS: [&str; 3] = ["s0", "s1", "s2"];
 const MAX_HOLDERS: [usize; 3] = [2, 3, 100];
 /// The id of a lease that never exists.
 const UNKNOWN_LEASE: u64 = 1_000_000;
+/// The client every parked acquire waits for.
+const CLIENT: u64 = 7;
 
 // ---------------------------------------------------------------------------------------------
 // Operations
@@ -190,6 +192,7 @@ struct SemFields {
     permits: i64,
     active_holds: i64,
     holders: i64,
+    waiters: i64,
     version: i64,
     created_at: i64,
     updated_at: i64,
@@ -213,6 +216,17 @@ struct HolderFields {
     expires_at: i64,
     token: i64,
     metadata: Vec<(Bytes, Bytes)>,
+}
+
+/// A SEM.WAITERS entry as fields.
+#[derive(Clone, Debug, PartialEq)]
+struct WaiterFields {
+    lease: Bytes,
+    process: Bytes,
+    weight: i64,
+    parked_at: i64,
+    deadline: i64,
+    client: i64,
 }
 
 /// An error as code plus the kind of thing it is about.
@@ -307,6 +321,7 @@ fn sem_of(v: &Wire) -> SemFields {
         permits: int(v, "permits"),
         active_holds: int(v, "active_holds"),
         holders: int(v, "active_holders_count"),
+        waiters: int(v, "waiters"),
         version: int(v, "version"),
         created_at: int(v, "created_at"),
         updated_at: int(v, "updated_at"),
@@ -337,6 +352,18 @@ fn holder_fields(r: &Reply) -> HolderFields {
         expires_at: int(&v, "expires_at"),
         token: int(&v, "fencing_token"),
         metadata: meta_of(&v),
+    }
+}
+
+fn waiter_fields(r: &Reply) -> WaiterFields {
+    let v = wire(r);
+    WaiterFields {
+        lease: bulk(&v, "lease_id"),
+        process: bulk(&v, "process_id"),
+        weight: int(&v, "weight"),
+        parked_at: int(&v, "parked_at"),
+        deadline: int(&v, "deadline"),
+        client: int(&v, "client_id"),
     }
 }
 
@@ -432,6 +459,7 @@ struct MWaiter {
     /// The weight on this entry's semaphore.
     weight: i64,
     deadline: i64,
+    parked_at: i64,
     meta: Metadata,
     /// For a SEM.ACQUIREALL, the semaphores it waits on (an entry in each), in the order asked.
     all: Option<Vec<&'static str>>,
@@ -464,6 +492,7 @@ impl MSem {
             permits: self.permits,
             active_holds: self.held(),
             holders: self.holders.len() as i64,
+            waiters: self.queue.len() as i64,
             version: self.version,
             created_at: self.created_at,
             updated_at: self.updated_at,
@@ -791,11 +820,18 @@ impl Model {
             let n = self.ns.as_mut().unwrap();
             let s = n.sems.iter_mut().find(|s| s.name == name).unwrap();
             let held = Model::held(s, head.lease);
-            let reply = if head.weight > s.permits {
+            let too_heavy = head.weight > s.permits;
+            let no_room = held.is_none() && s.holders.len() >= max_holders;
+            if !too_heavy && !no_room && s.permits - s.held() < head.weight - held.unwrap_or(0) {
+                return None;
+            }
+            // Out of the queue first: a grant's reply shows the queue without it.
+            s.queue.remove(0);
+            let reply = if too_heavy {
                 fail("INVALIDARG", "weight")
-            } else if held.is_none() && s.holders.len() >= max_holders {
+            } else if no_room {
                 fail("RESOURCEEXHAUSTED", "quota")
-            } else if s.permits - s.held() >= head.weight - held.unwrap_or(0) {
+            } else {
                 let token = Model::set_hold(
                     &mut self.hits,
                     &mut self.high_water,
@@ -811,10 +847,7 @@ impl Model {
                     token: Some(token),
                     sem: s.fields(),
                 }
-            } else {
-                return None;
             };
-            s.queue.remove(0);
             self.outbox.push((head.wid, reply));
         }
     }
@@ -1136,6 +1169,7 @@ impl Model {
                     lease: id,
                     weight: *weight,
                     deadline: now + timeout,
+                    parked_at: now,
                     meta,
                     all: None,
                 });
@@ -1201,6 +1235,7 @@ impl Model {
                         lease: id,
                         weight: *weight,
                         deadline: now + timeout,
+                        parked_at: now,
                         meta: meta.clone(),
                         all: Some(queues.clone()),
                     });
@@ -1420,7 +1455,7 @@ fn request(op: &Op, m: &Model) -> (EngineRequest, bool) {
 }
 
 fn exec(shard: &mut Shard, now: i64, req: EngineRequest) -> Reply {
-    match shard.execute(now, req, true) {
+    match shard.execute(now, req, Some(CLIENT)) {
         Exec::Reply(r) => r,
         Exec::Parked(w) => panic!("a read parked as {w}"),
     }
@@ -1571,6 +1606,38 @@ fn check_state(shard: &mut Shard, m: &Model) -> Result<(), TestCaseError> {
             })
             .collect();
         prop_assert_eq!(&holders, &want, "SEM.HOLDERS {}", sem);
+        let r = exec(
+            shard,
+            now,
+            EngineRequest::SemWaiters(SemWaiters {
+                ns: name(NS),
+                sem: name(sem),
+                page: all_page(),
+            }),
+        );
+        let Some(Reply::Array(items)) = field(&r, "waiters") else {
+            panic!("{r:?}")
+        };
+        let waiters: Vec<WaiterFields> = items.iter().map(waiter_fields).collect();
+        let want: Vec<WaiterFields> = ms
+            .queue
+            .iter()
+            .map(|w| WaiterFields {
+                lease: w.lease.to_bytes(),
+                process: n
+                    .leases
+                    .iter()
+                    .find(|l| l.id == w.lease)
+                    .expect("model: a waiter's lease is live")
+                    .process
+                    .clone(),
+                weight: w.weight,
+                parked_at: w.parked_at,
+                deadline: w.deadline,
+                client: CLIENT as i64,
+            })
+            .collect();
+        prop_assert_eq!(&waiters, &want, "SEM.WAITERS {} in arrival order", sem);
     }
     Ok(())
 }
@@ -1712,7 +1779,7 @@ fn run(max_holders: usize, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             _ => {
                 let (req, may_wait) = request(op, &m);
-                let exec = shard.execute(now, req, may_wait);
+                let exec = shard.execute(now, req, may_wait.then_some(CLIENT));
                 m.advance(now);
                 let want = m.apply(op);
                 match exec {

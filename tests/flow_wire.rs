@@ -432,10 +432,24 @@ fn park_then_send(
     user: Option<&str>,
     end: impl Fn(&ParkedWaiter) -> Vec<Vec<String>>,
 ) -> (Vec<redis::Value>, ParkedWaiter) {
-    if call(admin, &["NS.GET", ns]).is_err() {
-        ok(admin, &["NS.CREATE", ns]);
+    park_then_send_from(server, admin, (ns, sem), user, ns, end)
+}
+
+/// The same, sent from a connection served on the thread of namespace `from`'s shard.
+fn park_then_send_from(
+    server: &Server,
+    admin: &mut redis::Connection,
+    (ns, sem): (&str, &str),
+    user: Option<&str>,
+    from: &str,
+    end: impl Fn(&ParkedWaiter) -> Vec<Vec<String>>,
+) -> (Vec<redis::Value>, ParkedWaiter) {
+    for n in [ns, from] {
+        if call(admin, &["NS.GET", n]).is_err() {
+            ok(admin, &["NS.CREATE", n]);
+        }
     }
-    let mut sender = conn_on_shard_of(server, ns);
+    let mut sender = conn_on_shard_of(server, from);
     let w = park_waiter(server, admin, ns, sem, user);
     let mut pipe = redis::pipe();
     for c in end(&w) {
@@ -532,6 +546,108 @@ fn a_waiter_killed_by_exec_or_acl_deluser_is_never_granted_by_a_release_behind()
         });
         assert_eq!(int(&replies[0]), 1);
         assert_killed_and_nothing_granted(&mut admin, w, "ACL DELUSER");
+    }
+}
+
+/// EXEC runs its queue in order (F9): a kill or an unblock queued before a release ends the
+/// waiter before the release runs, one queued after it finds the waiter granted. Sent from the
+/// thread of the semaphore's shard (the batch runs inline) and from the other one (it travels).
+#[test]
+fn exec_ends_or_finds_a_waiter_as_its_queue_orders_kill_unblock_and_release() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let multi = |mut cmds: Vec<Vec<String>>| {
+        cmds.insert(0, words(&["MULTI"]));
+        cmds.push(words(&["EXEC"]));
+        cmds
+    };
+    for (round, (shard, from)) in [(0, 0), (0, 1), (1, 1), (1, 0)].into_iter().enumerate() {
+        let ns = namespace_on(shard, "txorder");
+        let sender = namespace_on(from, "txsender");
+        let send = |admin: &mut redis::Connection,
+                    sem: &str,
+                    end: &dyn Fn(&ParkedWaiter) -> Vec<Vec<String>>| {
+            park_then_send_from(&server, admin, (&ns, sem), None, &sender, end)
+        };
+        let how = |what: &str| format!("round {round} (shard {shard}, from {from}): {what}");
+
+        let (replies, w) = send(&mut admin, &format!("k{round}"), &|w| {
+            multi(vec![words(&["CLIENT", "KILL", "ID", &w.id]), release(w)])
+        });
+        assert_eq!(int(&items(&replies[3])[0]), 1, "{replies:?}");
+        assert_killed_and_nothing_granted(&mut admin, w, &how("kill, then release"));
+
+        let (replies, w) = send(&mut admin, &format!("u{round}"), &|w| {
+            multi(vec![
+                words(&["CLIENT", "UNBLOCK", &w.id, "TIMEOUT"]),
+                release(w),
+            ])
+        });
+        assert_eq!(int(&items(&replies[3])[0]), 1, "{replies:?}");
+        assert_answered(&mut admin, w, TIMED_OUT, 0, &how("unblock, then release"));
+
+        let (replies, w) = send(&mut admin, &format!("g{round}"), &|w| {
+            multi(vec![
+                release(w),
+                words(&["CLIENT", "UNBLOCK", &w.id, "TIMEOUT"]),
+            ])
+        });
+        assert_eq!(int(&items(&replies[3])[1]), 0, "{replies:?}");
+        assert_answered(&mut admin, w, ACQUIRED, 1, &how("release, then unblock"));
+    }
+}
+
+/// EXEC runs its queue in order (F9): an NS.LIST or INFO queued before an NS.CREATE does not
+/// show the new namespace, one queued after it does; whichever thread runs the EXEC.
+#[test]
+fn exec_shows_ns_list_and_info_as_of_their_place_in_the_queue() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let count = |info: &redis::Value| {
+        text(info)
+            .lines()
+            .find_map(|l| l.strip_prefix("namespaces:"))
+            .and_then(|n| n.trim().parse::<i64>().ok())
+            .expect("namespaces: in INFO")
+    };
+    let listed = |page: &redis::Value, ns: &str| format!("{page:?}").contains(ns);
+    for (round, (shard, from)) in [(0, 0), (0, 1), (1, 1), (1, 0)].into_iter().enumerate() {
+        let ns = namespace_on(shard, &format!("listed{round}"));
+        let sender_ns = namespace_on(from, &format!("sender{round}"));
+        ok(&mut admin, &["NS.CREATE", &sender_ns]);
+        let mut sender = conn_on_shard_of(&server, &sender_ns);
+        let before = count(&ok(&mut admin, &["INFO", "semaphores"]));
+        let replies: Vec<redis::Value> = redis::pipe()
+            .atomic()
+            .cmd("NS.LIST")
+            .cmd("INFO")
+            .arg("semaphores")
+            .cmd("NS.CREATE")
+            .arg(&ns)
+            .cmd("NS.LIST")
+            .cmd("INFO")
+            .arg("semaphores")
+            .query(&mut sender)
+            .unwrap();
+        assert!(
+            !listed(&replies[0], &ns),
+            "round {round}: listed before its NS.CREATE: {:?}",
+            replies[0]
+        );
+        assert_eq!(
+            count(&replies[1]),
+            before,
+            "round {round}: INFO before NS.CREATE"
+        );
+        assert!(
+            listed(&replies[3], &ns),
+            "round {round}: not listed after its NS.CREATE"
+        );
+        assert_eq!(
+            count(&replies[4]),
+            before + 1,
+            "round {round}: INFO after NS.CREATE"
+        );
     }
 }
 

@@ -589,7 +589,7 @@ fn select_and_echo() {
 // COMMAND
 // ---------------------------------------------------------------------------------------------
 
-const SEM_COMMANDS: [&str; 18] = [
+const SEM_COMMANDS: [&str; 19] = [
     "ns.create",
     "ns.get",
     "ns.list",
@@ -603,6 +603,7 @@ const SEM_COMMANDS: [&str; 18] = [
     "sem.acquire",
     "sem.release",
     "sem.holders",
+    "sem.waiters",
     "lease.create",
     "lease.get",
     "lease.list",

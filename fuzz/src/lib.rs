@@ -30,7 +30,7 @@ use permitd::engine::page::{Cursor, CursorKind, Page};
 use permitd::engine::request::{
     EngineRequest, LeaseCreate, LeaseGet, LeaseList, LeaseRefresh, LeaseRevoke, NsCreate, NsDelete,
     NsGet, NsList, NsUpdate, SemAcquire, SemAcquireAll, SemCreate, SemDelete, SemGet, SemHolders,
-    SemList, SemRelease, SemUpdate, MAX_ACQUIRE_ALL,
+    SemList, SemRelease, SemUpdate, SemWaiters, MAX_ACQUIRE_ALL,
 };
 use permitd::engine::state::Namespace;
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};
@@ -377,7 +377,8 @@ fn check_engine_request(e: &EngineRequest, argv: &[Bytes], limits: &Limits) {
             check_name(sem, limits);
             check_lease_arg(lease, &argv[3]);
         }
-        E::SemHolders(SemHolders { sem, page, .. }) => {
+        E::SemHolders(SemHolders { sem, page, .. })
+        | E::SemWaiters(SemWaiters { sem, page, .. }) => {
             check_name(sem, limits);
             check_page(page);
         }
@@ -694,7 +695,7 @@ impl Harness {
                 (self.now - T0) as f64 / S as f64
             );
         }
-        let e = self.shard.execute(self.now, req, may_wait);
+        let e = self.shard.execute(self.now, req, may_wait.then_some(1));
         if self.trace {
             eprintln!("  -> {e:?}");
         }

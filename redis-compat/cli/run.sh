@@ -135,15 +135,16 @@ check_oneshot_resp2_formatted() {
     OUT=$(cli --no-raw SEM.CREATE "$NS" fmt 2 DESC "formatted") || return 1
     has_line "$OUT" ' 1) "name"' && has_line "$OUT" ' 2) "fmt"' &&
         has_line "$OUT" ' 5) "permits"' && has_line "$OUT" ' 6) (integer) 2' &&
-        has_line "$OUT" '20) (empty array)'
+        has_line "$OUT" '22) (empty array)'
 }
 
 check_oneshot_resp3_formatted() {
     OUT=$(cli -3 --no-raw SEM.GET "$NS" fmt) || return 1
-    # redis-cli right-aligns the "N#" indexes of a map with 10 fields
+    # redis-cli right-aligns the "N#" indexes of a map with 11 fields
     has_re "$OUT" '^ 1# "name" => "fmt"$' && has_re "$OUT" '^ 3# "permits" => \(integer\) 2$' &&
         has_re "$OUT" '^ 4# "active_holds" => \(integer\) 0$' &&
-        has_re "$OUT" '^10# "metadata" => \(empty hash\)$' || return 1
+        has_re "$OUT" '^ 6# "waiters" => \(integer\) 0$' &&
+        has_re "$OUT" '^11# "metadata" => \(empty hash\)$' || return 1
     OUT=$(cli -3 --no-raw HELLO 3) || return 1
     has_re "$OUT" '^ *[0-9]+# "proto" => \(integer\) 3$' && has_re "$OUT" '^ *[0-9]+# "server" => "'
 }
@@ -177,7 +178,7 @@ check_x_stdin_arg() {
     # -x: the last argument from stdin, binary-safe (a newline inside the description)
     OUT=$(printf 'line one\nline two' | cli -x --no-raw SEM.UPDATE "$NS" fmt 2 VERSION 1 DESC) || return 1
     has_line "$OUT" ' 4) "line one\nline two"' && has_line "$OUT" ' 6) (integer) 2' &&
-        has_line "$OUT" '12) (integer) 2' || return 1
+        has_line "$OUT" '14) (integer) 2' || return 1
     OUT=$(cli --no-raw SEM.GET "$NS" fmt) && has_line "$OUT" ' 4) "line one\nline two"'
 }
 

@@ -33,7 +33,7 @@ const UNAVAILABLE = 'ACQUIRE_OUTCOME_UNAVAILABLE';
 const TIMED_OUT = 'ACQUIRE_OUTCOME_TIMED_OUT';
 
 const BIG_FIELDS = new Set(['created_at', 'updated_at', 'last_activity_at', 'expires_at', 'locked_at', 'fencing_token']);
-const SMALL_FIELDS = new Set(['permits', 'active_holds', 'active_holders_count', 'version', 'weight']);
+const SMALL_FIELDS = new Set(['permits', 'active_holds', 'active_holders_count', 'waiters', 'version', 'weight']);
 const LIST_FIELDS = ['namespaces', 'semaphores', 'holders', 'leases'];
 
 class PermitdError extends Error {

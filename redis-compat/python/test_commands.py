@@ -18,7 +18,7 @@ from redis.retry import Retry
 from conftest import as_map, make_client, new_name
 
 LEASE_RE = re.compile(r"^ls_[0-9A-Za-z]{28}$")
-SEM_FIELDS = ["name", "description", "permits", "active_holds", "active_holders_count", "version",
+SEM_FIELDS = ["name", "description", "permits", "active_holds", "active_holders_count", "waiters", "version",
               "created_at", "updated_at", "last_activity_at", "metadata"]
 
 
@@ -451,3 +451,43 @@ def test_auth_with_requirepass(proto):
     finally:
         anonymous.close()
         wrong.close()
+
+
+def test_sem_waiters_lists_parked_clients_in_fifo_order(r, ns):
+    r.execute_command("SEM.CREATE", ns, "s", 1)
+    holder = lease(r, ns, "holder")
+    r.execute_command("SEM.ACQUIRE", ns, "s", holder, 1, 0)
+    first, second = lease(r, ns, "first"), lease(r, ns, "second")
+    t1, box1, cid1 = _parked(r, ns, "s", first, 1, 20)
+    assert _wait_for(lambda: _is_blocked(r, cid1))
+    t2, box2, cid2 = _parked(r, ns, "s", second, 1, 20)
+    assert _wait_for(lambda: _is_blocked(r, cid2))
+    page = as_map(r.execute_command("SEM.WAITERS", ns, "s"))
+    waiters = [as_map(w) for w in page["waiters"]]
+    assert [(w["lease_id"], w["process_id"], w["client_id"]) for w in waiters] == \
+        [(first, "first", cid1), (second, "second", cid2)]
+    assert all(w["deadline"] - w["parked_at"] == 20 * 10**9 and w["weight"] == 1 for w in waiters)
+    assert as_map(r.execute_command("SEM.GET", ns, "s"))["waiters"] == 2
+    # CLIENT UNBLOCK takes the head out; a release then grants the one left
+    assert r.execute_command("CLIENT", "UNBLOCK", cid1) == 1
+    t1.join(10)
+    left = [as_map(w)["lease_id"] for w in as_map(r.execute_command("SEM.WAITERS", ns, "s"))["waiters"]]
+    assert left == [second]
+    r.execute_command("SEM.RELEASE", ns, "s", holder)
+    t2.join(10)
+    assert box2["reply"]["outcome"] == "ACQUIRE_OUTCOME_ACQUIRED"
+    assert as_map(r.execute_command("SEM.WAITERS", ns, "s"))["waiters"] == []
+    assert as_map(r.execute_command("SEM.GET", ns, "s"))["waiters"] == 0
+
+
+def test_info_cpu_and_slowlog_options_read_with_redis_py(r):
+    cpu = r.info("cpu")
+    for key in ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children",
+                "used_cpu_sys_main_thread", "used_cpu_user_main_thread"):
+        assert isinstance(cpu[key], float), (key, cpu)
+    config = r.config_get("slowlog-*")
+    assert set(config) == {"slowlog-log-slower-than", "slowlog-max-len"}, config
+    assert int(r.config_get("latency-monitor-threshold")["latency-monitor-threshold"]) >= 0
+    # redis-py's SLOWLOG GET parser takes the entries as Redis's
+    assert isinstance(r.slowlog_get(1), list)
+    assert isinstance(r.slowlog_len(), int)

@@ -11,6 +11,7 @@ pub mod table;
 
 use bytes::Bytes;
 
+pub use engine::name_of as engine_command_name;
 pub use request::{
     ClientListing, ClientType, KillFilter, ListFilter, Request, SessionRequest, Txn,
 };
@@ -56,6 +57,16 @@ pub fn resolve(argv: &[Bytes]) -> Result<&'static CommandSpec, Error> {
     Ok(sub)
 }
 
+/// The command or subcommand the words name, whatever their count: what an arity error is
+/// counted against (INFO commandstats' `rejected_calls`).
+pub fn known(argv: &[Bytes]) -> Option<&'static CommandSpec> {
+    let spec = table::lookup(&argv[0])?;
+    if spec.subcommands.is_empty() {
+        return Some(spec);
+    }
+    argv.get(1).and_then(|w| spec.subcommand(w))
+}
+
 /// Parses and validates a resolved command into a typed request. One arm per command: a command
 /// added to the table without its parser does not compile.
 pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Request, Error> {
@@ -81,6 +92,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::SemAcquireAll => engine(engine::sem_acquire_all),
         C::SemRelease => engine(engine::sem_release),
         C::SemHolders => engine(engine::sem_holders),
+        C::SemWaiters => engine(engine::sem_waiters),
         C::LeaseCreate => engine(engine::lease_create),
         C::LeaseGet => engine(engine::lease_get),
         C::LeaseList => engine(engine::lease_list),
@@ -126,6 +138,13 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::Shutdown => surface::shutdown(a).map(Request::Session),
         C::Debug => surface::debug(a).map(Request::Session),
         C::Time => session(S::Time),
+        C::Monitor => Ok(Request::Monitor),
+        C::SlowlogGet => surface::slowlog_get(a).map(Request::Session),
+        C::SlowlogLen => session(S::SlowlogLen),
+        C::SlowlogReset => session(S::SlowlogReset),
+        C::LatencyLatest => session(S::LatencyLatest),
+        C::LatencyHistory => session(S::LatencyHistory(a[2].clone())),
+        C::LatencyReset => session(S::LatencyReset(a[2..].to_vec())),
         C::Role => session(S::Role),
         C::ClusterSlots => session(S::ClusterSlots),
         C::ClusterShards => session(S::ClusterShards),
@@ -139,7 +158,9 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::Discard => Ok(Request::Txn(Txn::Discard)),
         // `resolve` never returns a container without its subcommand (their arity needs one);
         // were it to, the client gets the arity error rather than the server a panic.
-        C::Client | C::Config | C::Acl | C::Cluster => Err(Error::wrong_arity(spec.name)),
+        C::Client | C::Config | C::Acl | C::Cluster | C::Slowlog | C::Latency => {
+            Err(Error::wrong_arity(spec.name))
+        }
     }
 }
 

@@ -23,6 +23,8 @@ pub enum Request {
         /// ERROR (true) or TIMEOUT.
         error: bool,
     },
+    /// `MONITOR`: the connection shows every command from then on.
+    Monitor,
     /// A connection- or server-level command, answered by the connection's session.
     Session(SessionRequest),
 }
@@ -124,6 +126,18 @@ pub enum SessionRequest {
     AclSave,
     /// `TIME`.
     Time,
+    /// `SLOWLOG GET [count]` (`None`: the default 10; -1: all).
+    SlowlogGet(Option<i64>),
+    /// `SLOWLOG LEN`.
+    SlowlogLen,
+    /// `SLOWLOG RESET`.
+    SlowlogReset,
+    /// `LATENCY LATEST`.
+    LatencyLatest,
+    /// `LATENCY HISTORY event`.
+    LatencyHistory(Bytes),
+    /// `LATENCY RESET [event ...]`.
+    LatencyReset(Vec<Bytes>),
     /// `ROLE`.
     Role,
     /// `CLUSTER SLOTS`.

@@ -251,6 +251,25 @@ pub(super) fn client_unblock(a: &[Bytes]) -> Result<super::request::Request, Err
     Ok(super::request::Request::ClientUnblock { id, error })
 }
 
+/// `SLOWLOG GET [count]`: the count checked as Redis checks it.
+pub(super) fn slowlog_get(a: &[Bytes]) -> Result<Request, Error> {
+    let Some(word) = a.get(2) else {
+        return Ok(Request::SlowlogGet(None));
+    };
+    if a.len() > 3 {
+        return Err(Error::Err(format!(
+            "unknown subcommand or wrong number of arguments for '{}'. Try SLOWLOG HELP.",
+            String::from_utf8_lossy(&a[1])
+        )));
+    }
+    match args::int(word) {
+        Ok(n) if n >= -1 => Ok(Request::SlowlogGet(Some(n))),
+        _ => Err(Error::Err(
+            "count should be greater than or equal to -1".into(),
+        )),
+    }
+}
+
 pub(super) fn acl_cat(a: &[Bytes]) -> Result<Request, Error> {
     match a.len() {
         2 => Ok(Request::AclCat(None)),

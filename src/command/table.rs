@@ -24,6 +24,7 @@ pub enum Cmd {
     SemAcquireAll,
     SemRelease,
     SemHolders,
+    SemWaiters,
     LeaseCreate,
     LeaseGet,
     LeaseList,
@@ -71,6 +72,15 @@ pub enum Cmd {
     Debug,
     Time,
     Role,
+    Monitor,
+    Slowlog,
+    SlowlogGet,
+    SlowlogLen,
+    SlowlogReset,
+    Latency,
+    LatencyLatest,
+    LatencyHistory,
+    LatencyReset,
     Multi,
     Exec,
     Discard,
@@ -762,6 +772,63 @@ static CONFIG_SUBS: &[CommandSpec] = &[CommandSpec {
     ..ADMIN
 }];
 
+static SLOWLOG_SUBS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "slowlog|get",
+        cmd: Cmd::SlowlogGet,
+        arity: -2,
+        summary: "Returns the newest entries of the slow log (10 by default, -1 for all).",
+        complexity: "O(N), N the entries returned",
+        args: &[arg("count", ArgType::Integer).optional()],
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "slowlog|len",
+        cmd: Cmd::SlowlogLen,
+        arity: 2,
+        summary: "Returns the number of entries in the slow log.",
+        complexity: "O(1)",
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "slowlog|reset",
+        cmd: Cmd::SlowlogReset,
+        arity: 2,
+        summary: "Empties the slow log.",
+        complexity: "O(N), N the entries",
+        ..ADMIN
+    },
+];
+
+static LATENCY_SUBS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "latency|latest",
+        cmd: Cmd::LatencyLatest,
+        arity: 2,
+        summary: "Returns each event's latest latency spike and its worst.",
+        complexity: "O(1)",
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "latency|history",
+        cmd: Cmd::LatencyHistory,
+        arity: 3,
+        summary: "Returns an event's latency spikes, one per second, oldest first.",
+        complexity: "O(N), N the spikes kept",
+        args: &[arg("event", ArgType::String)],
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "latency|reset",
+        cmd: Cmd::LatencyReset,
+        arity: -2,
+        summary: "Forgets the named events' spikes (all events when none is named).",
+        complexity: "O(1)",
+        args: &[arg("event", ArgType::String).optional().multiple()],
+        ..ADMIN
+    },
+];
+
 /// Every command, in the order the docs list them.
 pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -927,6 +994,16 @@ pub static COMMANDS: &[CommandSpec] = &[
         cmd: Cmd::SemHolders,
         arity: -3,
         summary: "Lists a semaphore's holders, oldest first, one page at a time.",
+        complexity: "O(log N + M), M the page size",
+        args: &[NS, SEM, CURSOR, LIMIT],
+        ..ENGINE_LISTING
+    },
+    CommandSpec {
+        name: "sem.waiters",
+        cmd: Cmd::SemWaiters,
+        arity: -3,
+        summary:
+            "Lists a semaphore's parked acquires in the order they are served, one page at a time.",
         complexity: "O(log N + M), M the page size",
         args: &[NS, SEM, CURSOR, LIMIT],
         ..ENGINE_LISTING
@@ -1100,6 +1177,35 @@ pub static COMMANDS: &[CommandSpec] = &[
         summary: "Returns the server's time: Unix seconds and microseconds.",
         complexity: "O(1)",
         ..SERVER
+    },
+    CommandSpec {
+        name: "monitor",
+        cmd: Cmd::Monitor,
+        arity: 1,
+        flags: Flags::of(&[
+            Flag::Admin,
+            Flag::Noscript,
+            Flag::Loading,
+            Flag::Stale,
+            Flag::NoMulti,
+        ]),
+        summary: "Shows every command the server runs as it runs it (lease ids redacted).",
+        complexity: "O(1)",
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "slowlog",
+        cmd: Cmd::Slowlog,
+        summary: "A container for slow log commands.",
+        subcommands: SLOWLOG_SUBS,
+        ..CONTAINER
+    },
+    CommandSpec {
+        name: "latency",
+        cmd: Cmd::Latency,
+        summary: "A container for latency monitor commands.",
+        subcommands: LATENCY_SUBS,
+        ..CONTAINER
     },
     CommandSpec {
         name: "role",

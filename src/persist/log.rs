@@ -2,11 +2,13 @@
 //! corruption (an error, unless repairing).
 //!
 //! A frame is `[0xA7][len u32][crc32c u32][payload]`, the checksum covering the length bytes and
-//! the payload; a payload is `[lsn u64][record]`.
+//! the payload; a shard log's payload is `[lsn u64][record]`. The framing and the scan take any
+//! payload ([`frame_with`], [`scan_with`]): the cluster's Raft log (`cluster/log.rs`) frames its
+//! entries the same way.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::codec::{decode_record, encode_record, Dec, Enc};
+use super::codec::{decode_record, encode_record, Dec, DecodeError, Enc};
 use crate::engine::journal::Record;
 
 const MAGIC: u8 = 0xA7;
@@ -14,20 +16,37 @@ const HEADER: usize = 9;
 
 /// Appends one framed record to `out`.
 pub fn frame(lsn: u64, rec: &Record, out: &mut BytesMut) {
+    frame_with(out, |out| {
+        Enc(out).u64(lsn);
+        encode_record(rec, out);
+    });
+}
+
+/// Appends one frame to `out`, whose payload `payload` writes.
+pub fn frame_with(out: &mut BytesMut, payload: impl FnOnce(&mut BytesMut)) {
     let start = out.len();
     out.put_u8(MAGIC);
     out.put_u32_le(0);
     out.put_u32_le(0);
-    Enc(out).u64(lsn);
-    encode_record(rec, out);
+    payload(out);
     let len = (out.len() - start - HEADER) as u32;
     out[start + 1..start + 5].copy_from_slice(&len.to_le_bytes());
     let crc = crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), &out[start + HEADER..]);
     out[start + 5..start + 9].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Parses the frame at `pos`: its lsn, record and end offset, or `None` when it is not intact.
-fn parse_at(buf: &Bytes, pos: usize) -> Option<(u64, Record, usize)> {
+/// A shard log's payload: its lsn and record.
+fn lsn_record(d: &mut Dec) -> Result<(u64, Record), DecodeError> {
+    Ok((d.u64()?, decode_record(d)?))
+}
+
+/// Parses the frame at `pos`: its payload decoded and its end offset, or `None` when it is not
+/// intact (a payload that does not decode, or leaves bytes over, is not intact either).
+fn parse_at<T>(
+    buf: &Bytes,
+    pos: usize,
+    decode: &impl Fn(&mut Dec) -> Result<T, DecodeError>,
+) -> Option<(T, usize)> {
     let head = buf.get(pos..pos + HEADER)?;
     if head[0] != MAGIC {
         return None;
@@ -41,19 +60,20 @@ fn parse_at(buf: &Bytes, pos: usize) -> Option<(u64, Record, usize)> {
         return None;
     }
     let mut d = Dec::new(buf.slice(pos + HEADER..end));
-    let lsn = d.u64().ok()?;
-    let rec = decode_record(&mut d).ok()?;
+    let value = decode(&mut d).ok()?;
     if !d.is_empty() {
         return None;
     }
-    Some((lsn, rec, end))
+    Some((value, end))
 }
 
 /// What a log scan found.
 #[derive(Debug)]
-pub struct Scan {
+pub struct Scan<T = (u64, Record)> {
     /// Intact records, in order.
-    pub records: Vec<(u64, Record)>,
+    pub records: Vec<T>,
+    /// Where each record's frame ends (the offset the next one starts at).
+    pub ends: Vec<usize>,
     /// Offset of a dropped torn final record, if any.
     pub torn_at: Option<usize>,
     /// Offset where a repair cut the log (corruption before the end), if any.
@@ -109,39 +129,44 @@ fn torn_at(buf: &[u8], pos: usize) -> bool {
 /// is corruption: an error, or with `repair` the log is cut there (everything from the bad
 /// record on is dropped).
 pub fn scan(buf: Bytes, repair: bool) -> Result<Scan, Corrupt> {
-    let mut records = Vec::new();
+    scan_with(buf, repair, lsn_record)
+}
+
+/// [`scan`] of frames whose payloads `decode` reads.
+pub fn scan_with<T>(
+    buf: Bytes,
+    repair: bool,
+    decode: impl Fn(&mut Dec) -> Result<T, DecodeError>,
+) -> Result<Scan<T>, Corrupt> {
+    let mut out = Scan {
+        records: Vec::new(),
+        ends: Vec::new(),
+        torn_at: None,
+        repaired_at: None,
+    };
     let mut pos = 0;
     while pos < buf.len() {
-        match parse_at(&buf, pos) {
-            Some((lsn, rec, end)) => {
-                records.push((lsn, rec));
+        match parse_at(&buf, pos, &decode) {
+            Some((value, end)) => {
+                out.records.push(value);
+                out.ends.push(end);
                 pos = end;
             }
             None => {
-                let intact_after = (pos + 1..buf.len()).any(|p| parse_at(&buf, p).is_some());
+                let intact_after =
+                    (pos + 1..buf.len()).any(|p| parse_at(&buf, p, &decode).is_some());
                 if !intact_after && torn_at(&buf, pos) {
-                    return Ok(Scan {
-                        records,
-                        torn_at: Some(pos),
-                        repaired_at: None,
-                    });
+                    out.torn_at = Some(pos);
+                } else if repair {
+                    out.repaired_at = Some(pos);
+                } else {
+                    return Err(Corrupt { offset: pos });
                 }
-                if repair {
-                    return Ok(Scan {
-                        records,
-                        torn_at: None,
-                        repaired_at: Some(pos),
-                    });
-                }
-                return Err(Corrupt { offset: pos });
+                return Ok(out);
             }
         }
     }
-    Ok(Scan {
-        records,
-        torn_at: None,
-        repaired_at: None,
-    })
+    Ok(out)
 }
 
 #[cfg(test)]

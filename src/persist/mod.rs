@@ -99,7 +99,8 @@ fn manifest(dir: &Path) -> Result<Option<(u64, usize)>, String> {
     }
 }
 
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
+/// fsyncs a folder, so that the files created, renamed or removed in it stay so after a crash.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
@@ -127,12 +128,13 @@ struct ShardFiles {
 
 /// Reads a file that MANIFEST names. A missing one is an error, never an empty file: the start
 /// would otherwise write a new generation without its data and remove the old one.
-fn read_named(path: &Path, gen: u64, shards: usize) -> Result<Vec<u8>, String> {
+/// `named` says who names it (`MANIFEST names generation 3 with 2 shards`).
+fn read_named(path: &Path, named: &str) -> Result<Vec<u8>, String> {
     fs::read(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             format!(
-                "{} is missing, but MANIFEST names generation {gen} with {shards} shards: refusing \
-                 to start without its data. Put the file back (from a backup: docs/operations.md)",
+                "{} is missing, but {named}: refusing to start without its data. Put the file \
+                 back (from a backup: docs/operations.md)",
                 path.display()
             )
         } else {
@@ -144,13 +146,13 @@ fn read_named(path: &Path, gen: u64, shards: usize) -> Result<Vec<u8>, String> {
 /// Loads one old shard: its snapshot, then the log records after it.
 fn load_shard(
     gdir: &Path,
-    (gen, shards, shard): (u64, usize, usize),
+    (named, shard): (&str, usize),
     repair: bool,
     into: &mut BTreeMap<Name, Namespace>,
     hwm: &mut FencingToken,
 ) -> Result<ShardFiles, String> {
     let sp = snap_path(gdir, shard);
-    let snap = snapshot::decode(Bytes::from(read_named(&sp, gen, shards)?)).map_err(|e| {
+    let snap = snapshot::decode(Bytes::from(read_named(&sp, named)?)).map_err(|e| {
         format!(
             "{}: corrupt snapshot: {e}. The log cannot rebuild it (it holds only the changes \
              after the snapshot). Restore the data directory from a backup, or move it aside to \
@@ -161,7 +163,7 @@ fn load_shard(
     *hwm = (*hwm).max(snap.hwm);
     into.extend(snap.namespaces);
     let lp = log_path(gdir, shard);
-    let bytes = Bytes::from(read_named(&lp, gen, shards)?);
+    let bytes = Bytes::from(read_named(&lp, named)?);
     let size = bytes.len() as u64;
     let scan = log::scan(bytes, repair).map_err(|c| {
         format!(
@@ -205,7 +207,8 @@ pub fn load_saved(
     shard: usize,
 ) -> Result<(BTreeMap<Name, Namespace>, FencingToken), String> {
     let (mut namespaces, mut hwm) = (BTreeMap::new(), 0);
-    load_shard(gdir, (0, 0, shard), false, &mut namespaces, &mut hwm)?;
+    let named = "the server wrote it";
+    load_shard(gdir, (named, shard), false, &mut namespaces, &mut hwm)?;
     Ok((namespaces, hwm))
 }
 
@@ -227,14 +230,9 @@ pub fn load(dir: &Path, shards: usize, repair: bool) -> Result<Loaded, String> {
     let mut hwm = 0;
     let mut replayed = 0;
     let mut old = Vec::with_capacity(old_shards);
+    let named = format!("MANIFEST names generation {old_gen} with {old_shards} shards");
     for i in 0..old_shards {
-        let files = load_shard(
-            &old_dir,
-            (old_gen, old_shards, i),
-            repair,
-            &mut all,
-            &mut hwm,
-        )?;
+        let files = load_shard(&old_dir, (&named, i), repair, &mut all, &mut hwm)?;
         replayed += files.replayed;
         old.push(files);
     }
@@ -687,4 +685,4 @@ pub fn install_snapshot(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -20,7 +20,7 @@ fn request(words: &str) -> EngineRequest {
 }
 
 fn run(shard: &mut Shard, now: i64, words: &str) -> Exec {
-    shard.execute(now, request(words), true)
+    shard.execute(now, request(words), Some(1))
 }
 
 fn lease(shard: &mut Shard, now: i64, n: u64, ttl: i64) -> String {
@@ -32,12 +32,13 @@ fn lease(shard: &mut Shard, now: i64, n: u64, ttl: i64) -> String {
         ttl: ttl * NANOS_PER_SEC,
         meta: Default::default(),
     });
-    shard.execute(now, req, true);
+    shard.execute(now, req, Some(1));
     String::from_utf8(id.to_bytes().to_vec()).unwrap()
 }
 
-/// A workload touching every record type, with expiry, waiters and deletes.
-fn workload(shard: &mut Shard) -> Vec<Record> {
+/// A workload touching every record type, with expiry, waiters and deletes (the cluster's
+/// tests replay it through Raft entries too).
+pub(crate) fn workload(shard: &mut Shard) -> Vec<Record> {
     let s = NANOS_PER_SEC;
     let mut journal = Vec::new();
     run(shard, s, "NS.CREATE team DESC d META k v");
@@ -187,7 +188,7 @@ impl Node {
         let req = request(words);
         let home = shard_for(req.namespace().expect("one namespace"), self.shards.len());
         let (shard, store) = &mut self.shards[home];
-        let Exec::Reply(reply) = shard.execute(NANOS_PER_SEC, req, false) else {
+        let Exec::Reply(reply) = shard.execute(NANOS_PER_SEC, req, None) else {
             panic!("{words} parked");
         };
         store.append(shard.take_journal());
@@ -531,4 +532,70 @@ fn a_roll_back_keeps_a_parked_acquireall_in_every_queue_and_resuming_serves_it()
     );
     assert_eq!(shard.counts().holders, 2, "b holds db and cache");
     shard.check();
+}
+
+#[test]
+fn the_changes_refused_on_a_full_disk_are_the_write_commands_of_the_table() {
+    let lease = "ls_0000000000000000000000000001";
+    let lines = [
+        "NS.CREATE a",
+        "NS.GET a",
+        "NS.LIST",
+        "NS.UPDATE a VERSION 1",
+        "NS.DELETE a",
+        "SEM.CREATE a s 1",
+        "SEM.GET a s",
+        "SEM.LIST a",
+        "SEM.UPDATE a s 1 VERSION 1",
+        "SEM.DELETE a s",
+        &format!("SEM.ACQUIRE a s {lease} 1 0"),
+        &format!("SEM.ACQUIREALL a {lease} 0 s 1"),
+        &format!("SEM.RELEASE a s {lease}"),
+        "SEM.HOLDERS a s",
+        "SEM.WAITERS a s",
+        "LEASE.CREATE a p 10",
+        &format!("LEASE.GET a {lease}"),
+        "LEASE.LIST a",
+        &format!("LEASE.REFRESH a {lease} 10"),
+        &format!("LEASE.REVOKE a {lease}"),
+    ];
+    let mut names = Vec::new();
+    for line in lines {
+        let argv: Vec<Bytes> = line
+            .split(' ')
+            .map(|w| Bytes::from(w.to_string()))
+            .collect();
+        let (spec, Request::Engine(req)) = parse_argv(&argv, &Limits::default()).unwrap() else {
+            panic!("{line} is an engine request");
+        };
+        let write = spec.flags.has(crate::command::table::Flag::Write);
+        assert_eq!(req.is_write(), write, "{line}");
+        names.push(spec.name);
+    }
+    // Every engine command of the table is here.
+    let engine: Vec<&str> = crate::command::table::all_specs()
+        .filter(|s| s.group == "semaphore")
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, engine);
+}
+
+#[test]
+fn room_is_reserved_past_the_log_or_probed_with_a_file_that_goes_away() {
+    let dir = std::env::temp_dir().join(format!("permitd-room-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("shard-0.log"))
+        .unwrap();
+    let beside = dir.join("shard-0.room");
+    reserve(&log, &beside, 1 << 20).unwrap();
+    // The room is kept past the end: the log's size is what was written.
+    assert_eq!(log.metadata().unwrap().len(), 0);
+    // Where fallocate is missing, a file of that size is written and removed.
+    probe_room(&beside, 1 << 20).unwrap();
+    assert!(!beside.exists());
+    let _ = fs::remove_dir_all(&dir);
 }

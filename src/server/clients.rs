@@ -306,7 +306,7 @@ impl Registry {
             resp: AtomicU8::new(2),
             blocked: AtomicBool::new(false),
             multi: AtomicI64::new(-1),
-            parking: Arc::default(),
+            parking: Arc::new(Parking::new(id)),
             wake: Notify::new(),
         });
         s.total_connections.fetch_add(1, Ordering::Relaxed);

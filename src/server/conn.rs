@@ -24,12 +24,12 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::gate::Gate;
 use super::global::Global;
@@ -237,6 +237,14 @@ async fn pump<S: Transport>(
 }
 
 /// Reads what the client sent into `buf` (with no replies to write).
+/// The next MONITOR line (`None` once the monitor is dropped).
+async fn next_line(monitor: &mut Option<mpsc::Receiver<Bytes>>) -> Option<Bytes> {
+    match monitor {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn fill<S: Transport>(stream: &mut S, buf: &mut BytesMut) -> io::Result<usize> {
     poll_fn(|cx| poll_fill(stream, buf, cx)).await
 }
@@ -291,6 +299,11 @@ pub(super) struct Conn<S> {
     streak: (usize, u32),
     /// Holds the buffered replies until the changes they may show are durable.
     gate: Gate,
+    /// After MONITOR: the lines of the commands the server runs, written as they come.
+    pub monitor: Option<mpsc::Receiver<Bytes>>,
+    /// Time the command being run spent not running: parked, or waiting on an earlier
+    /// command's batch (the slow log leaves it out).
+    pub not_running: Duration,
 }
 
 /// What a read brought.
@@ -330,6 +343,8 @@ impl<S: Transport> Conn<S> {
             sent: 0,
             unflushed: false,
             parser: RequestParser::default(),
+            monitor: None,
+            not_running: Duration::ZERO,
         }
     }
 
@@ -374,6 +389,7 @@ impl<S: Transport> Conn<S> {
             && self.parser.is_idle()
             && !service.batching()
             && !self.session.client().is_killed()
+            && self.monitor.is_none()
             && !self.g.shutting_down())
         .then_some(to)
     }
@@ -419,7 +435,7 @@ impl<S: Transport> Conn<S> {
         let idle = self.g.config.timeout;
         let stall = self.g.config.client_output_timeout;
         let r = loop {
-            if !self.writing() && idle == 0 {
+            if !self.writing() && idle == 0 && self.monitor.is_none() {
                 break fill(&mut self.stream, &mut self.inbuf).await;
             }
             // Both timers start again once a write made progress: a client that reads its
@@ -430,10 +446,26 @@ impl<S: Transport> Conn<S> {
                     self.drop_output("stopped reading its replies");
                     return Read::Closed;
                 }
-                _ = tokio::time::sleep(Duration::from_secs(idle)), if idle > 0 => {
+                _ = tokio::time::sleep(Duration::from_secs(idle)), if idle > 0 && self.monitor.is_none() => {
                     let client = self.session.client().id();
                     tracing::debug!(client, "closing idle client");
                     return Read::Closed;
+                }
+                line = next_line(&mut self.monitor), if self.monitor.is_some() => {
+                    // None: the monitor fell too far behind and was dropped.
+                    let Some(line) = line else {
+                        self.drop_output("fell behind as a monitor");
+                        return Read::Closed;
+                    };
+                    let start = self.out.len();
+                    self.out.extend_from_slice(&line);
+                    self.gate.buffered(start, self.out.len(), None);
+                    let limit = self.g.config.client_output_buffer_limit;
+                    if limit > 0 && self.out.len() > limit {
+                        self.drop_output("reached the output buffer limit as a monitor");
+                        return Read::Closed;
+                    }
+                    continue;
                 }
             };
             match io {
@@ -629,6 +661,7 @@ impl<S: Transport> Conn<S> {
         }
         self.release_buffers();
         let stall = self.g.config.client_output_timeout;
+        let parked = Instant::now();
         self.session.registration().set_blocked(true);
         let result = loop {
             let writing = self.writing();
@@ -668,6 +701,7 @@ impl<S: Transport> Conn<S> {
         };
         self.session.registration().set_blocked(false);
         client.parking().unpark(id);
+        self.not_running += parked.elapsed();
         result
     }
 

@@ -11,27 +11,32 @@
 //!   waiter that is gone;
 //! - NS.LIST and INFO on every shard at once, their parts merged;
 //! - the rest on the connection's session (surface.rs);
-//! - MULTI / EXEC / DISCARD through multi.rs, which decides what EXEC runs.
+//! - MULTI / EXEC / DISCARD through multi.rs, which decides what EXEC runs; EXEC runs it in
+//!   queue order, what reads or changes the transaction's shard inside one batch there.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::acl::User;
 use super::conn::{Conn, Service, Transport, OUT_FLUSH};
 use super::info;
 use super::memory;
-use super::msg::{Done, Durable, Ran, ShardMsg};
+use super::msg::{Done, Durable, NsPart, Ran, ShardInfo, ShardMsg, TxDone, TxItem};
 use super::multi::{self, Step, Transaction};
 use super::parking::Parking;
 use super::session::check_permissions;
+use super::slowlog::Runner;
+use super::stats::Outcome;
 use super::surface;
-use crate::command::table::Flag;
+use crate::command::table::{CommandSpec, Flag};
 use crate::command::{self, Cmd, Request, SessionRequest};
 use crate::engine::page::Page;
 use crate::engine::request::EngineRequest;
 use crate::engine::shard::{merge_ns_pages, ns_page_reply};
-use crate::engine::Cancel;
+use crate::engine::{Cancel, WaiterId};
 use crate::error::Error;
 use crate::protocol::Reply;
 
@@ -53,67 +58,27 @@ impl Service for Dispatch {
         conn.ctx.count_command();
         let spec = match command::resolve(&argv) {
             Ok(s) => s,
-            Err(e) => return self.reject(conn, e, true).await,
-        };
-        conn.session.client().touch(spec.name);
-        if spec.cmd == Cmd::Debug {
-            let local = conn.session.client().is_local();
-            if !conn.g.config.enable_debug_command.allows(local) {
-                let e = Error::Err(DEBUG_NOT_ALLOWED.into());
+            Err(e) => {
+                // An arity error counts as a rejected call of the command, as in Redis; an
+                // unknown command only as an error.
+                match command::known(&argv) {
+                    Some(spec) => {
+                        conn.ctx
+                            .record(spec.name, Duration::ZERO, Outcome::Rejected, Some(&e))
+                    }
+                    None => conn.ctx.count_error(&e),
+                }
                 return self.reject(conn, e, true).await;
             }
-        }
-        if !spec.flags.has(Flag::NoAuth) {
-            let denied = match conn.session.current_user(&conn.g.acl) {
-                None => Some(Error::NoAuth("Authentication required.".into())),
-                Some(user) => check_permissions(user, spec, &argv).err(),
-            };
-            if let Some(e) = denied {
-                return self.reject(conn, e, true).await;
-            }
-        }
-        // Past --maxmemory: what would add state is refused, and so is queueing anything into a
-        // transaction (the queue grows), as Redis does; EXEC, DISCARD, QUIT and RESET always go
-        // through.
-        let ends = matches!(spec.cmd, Cmd::Exec | Cmd::Discard | Cmd::Quit | Cmd::Reset);
-        let queues = self.multi.is_some() && !ends;
-        if (spec.flags.has(Flag::DenyOom) || queues) && conn.g.memory.exceeded() {
-            return self
-                .reject(conn, Error::Oom(memory::OOM.into()), true)
-                .await;
-        }
-        match spec.cmd {
-            Cmd::Multi => {
-                self.flush_batch(conn).await;
-                let reply = multi::start(&mut self.multi, conn.session.client());
-                return conn.push(reply);
-            }
-            Cmd::Exec => return self.exec(conn).await,
-            Cmd::Discard => {
-                self.flush_batch(conn).await;
-                let reply = multi::discard(&mut self.multi, conn.session.client());
-                return conn.push(reply);
-            }
-            Cmd::Quit | Cmd::Reset => {}
-            _ => {
-                if let Some(tx) = &mut self.multi {
-                    let reply = tx.queue(spec, argv, conn.session.client());
-                    return conn.push(reply);
-                }
-            }
-        }
-        let req = match command::parse(spec, &argv, &conn.g.limits) {
-            Ok(r) => r,
-            Err(e) => return self.reject(conn, e, false).await,
         };
-        match req {
-            Request::Engine(r) => self.engine(conn, r).await,
-            other => {
-                self.flush_batch(conn).await;
-                if let Some(reply) = self.other(conn, other).await {
-                    conn.push(reply);
-                }
-            }
+        // Timed only for the slow log and the latency monitor; a parked acquire's wait and the
+        // replies of earlier commands' batches are not this command's time.
+        let started = (conn.g.slowlog.on() || conn.g.latency.on()).then(Instant::now);
+        conn.not_running = Duration::ZERO;
+        self.run(conn, spec, &argv).await;
+        if let Some(t) = started {
+            let took = t.elapsed().saturating_sub(conn.not_running);
+            observe(conn, spec, &argv, took);
         }
     }
 
@@ -130,7 +95,124 @@ impl Service for Dispatch {
     }
 }
 
+/// Records a command that ran for `took` in the slow log and the latency monitor.
+fn observe<S: Transport>(conn: &Conn<S>, spec: &CommandSpec, argv: &[Bytes], took: Duration) {
+    let event = if spec.flags.has(Flag::Fast) {
+        "fast-command"
+    } else {
+        "command"
+    };
+    conn.g.latency.record(event, took);
+    if !spec.flags.has(Flag::SkipSlowlog) {
+        let client = conn.session.client();
+        conn.g.slowlog.record(spec.cmd, argv, took, || Runner {
+            peer: client.addr(),
+            name: client.name(),
+        });
+    }
+}
+
+/// Counts a call of `name` that started at `started` and answered `reply`, and buffers the reply.
+fn ran<S: Transport>(conn: &mut Conn<S>, name: &'static str, started: Instant, reply: Reply) {
+    conn.ctx.record_reply(name, started.elapsed(), &reply);
+    conn.push(reply);
+}
+
 impl Dispatch {
+    /// Runs a command found in the table (see the module docs).
+    async fn run<S: Transport>(
+        &mut self,
+        conn: &mut Conn<S>,
+        spec: &'static CommandSpec,
+        argv: &[Bytes],
+    ) {
+        conn.session.client().touch(spec.name);
+        if spec.cmd == Cmd::Debug {
+            let local = conn.session.client().is_local();
+            if !conn.g.config.enable_debug_command.allows(local) {
+                let e = Error::Err(DEBUG_NOT_ALLOWED.into());
+                return self.refuse(conn, spec, e).await;
+            }
+        }
+        if !spec.flags.has(Flag::NoAuth) {
+            let denied = match conn.session.current_user(&conn.g.acl) {
+                None => Some(Error::NoAuth("Authentication required.".into())),
+                Some(user) => check_permissions(user, spec, argv).err(),
+            };
+            if let Some(e) = denied {
+                return self.refuse(conn, spec, e).await;
+            }
+        }
+        // As Redis: what an operator runs (CONFIG, ACL, CLIENT KILL, MONITOR) is not shown.
+        if conn.g.monitors.active() && !spec.flags.has(Flag::Admin) {
+            let peer = conn.session.client().addr();
+            conn.g.monitors.feed(spec.cmd, argv, peer);
+        }
+        // Past --maxmemory: what would add state is refused, and so is queueing anything into a
+        // transaction (the queue grows), as Redis does; EXEC, DISCARD, QUIT and RESET always go
+        // through.
+        let ends = matches!(spec.cmd, Cmd::Exec | Cmd::Discard | Cmd::Quit | Cmd::Reset);
+        let queues = self.multi.is_some() && !ends;
+        if (spec.flags.has(Flag::DenyOom) || queues) && conn.g.memory.exceeded() {
+            return self
+                .refuse(conn, spec, Error::Oom(memory::OOM.into()))
+                .await;
+        }
+        let started = Instant::now();
+        match spec.cmd {
+            Cmd::Multi => {
+                self.flush_batch(conn).await;
+                let reply = multi::start(&mut self.multi, conn.session.client());
+                return ran(conn, spec.name, started, reply);
+            }
+            Cmd::Exec => {
+                self.flush_batch(conn).await;
+                let reply = self.exec(conn).await;
+                return ran(conn, spec.name, started, reply);
+            }
+            Cmd::Discard => {
+                self.flush_batch(conn).await;
+                let reply = multi::discard(&mut self.multi, conn.session.client());
+                return ran(conn, spec.name, started, reply);
+            }
+            Cmd::Quit | Cmd::Reset => {}
+            _ => {
+                if let Some(tx) = &mut self.multi {
+                    let reply = tx.queue(spec, argv.to_vec(), conn.session.client());
+                    return conn.push(reply);
+                }
+            }
+        }
+        let req = match command::parse(spec, argv, &conn.g.limits) {
+            Ok(r) => r,
+            Err(e) => {
+                // A bad argument is found as the command runs, in Redis: a failed call.
+                conn.ctx
+                    .record(spec.name, started.elapsed(), Outcome::Failed, Some(&e));
+                return self.reject(conn, e, false).await;
+            }
+        };
+        match req {
+            // Counted where it runs, on its shard (worker.rs).
+            Request::Engine(r) => self.engine(conn, r).await,
+            other => {
+                self.flush_batch(conn).await;
+                let started = Instant::now();
+                if let Some(reply) = self.other(conn, other).await {
+                    ran(conn, spec.name, started, reply);
+                }
+            }
+        }
+    }
+
+    /// Refuses `spec` before it runs (a rejected call, in Redis's statistics); inside MULTI this
+    /// aborts the transaction.
+    async fn refuse<S: Transport>(&mut self, conn: &mut Conn<S>, spec: &CommandSpec, e: Error) {
+        conn.ctx
+            .record(spec.name, Duration::ZERO, Outcome::Rejected, Some(&e));
+        self.reject(conn, e, true).await;
+    }
+
     /// Answers an error; one found while queueing (`in_queue`) aborts the transaction.
     async fn reject<S: Transport>(&mut self, conn: &mut Conn<S>, e: Error, in_queue: bool) {
         self.flush_batch(conn).await;
@@ -144,10 +226,11 @@ impl Dispatch {
 
     async fn engine<S: Transport>(&mut self, conn: &mut Conn<S>, r: EngineRequest) {
         let Some(ns) = r.namespace() else {
-            // NS.LIST, which every shard answers.
+            // NS.LIST, which every shard answers: counted here, as one call.
             self.flush_batch(conn).await;
+            let (name, started) = (command::engine_command_name(&r), Instant::now());
             if let Some(reply) = self.other(conn, Request::Engine(r)).await {
-                conn.push(reply);
+                ran(conn, name, started, reply);
             }
             return;
         };
@@ -173,6 +256,19 @@ impl Dispatch {
     /// those replies are buffered (and written as far as the client reads them): what a
     /// pipeline for another shard builds before a write is one piece, not all of its replies.
     async fn flush_batch<S: Transport>(&mut self, conn: &mut Conn<S>) {
+        if self.batch.is_empty() {
+            return;
+        }
+        // The batch's commands ran before the one being timed, which does not count them.
+        let started = (conn.g.slowlog.on() || conn.g.latency.on()).then(Instant::now);
+        self.send_batch(conn).await;
+        if let Some(t) = started {
+            conn.not_running += t.elapsed();
+        }
+    }
+
+    /// [`Dispatch::flush_batch`]'s work.
+    async fn send_batch<S: Transport>(&mut self, conn: &mut Conn<S>) {
         let mut reqs = std::mem::take(&mut self.batch);
         let shard = self.batch_shard;
         while !reqs.is_empty() {
@@ -207,7 +303,7 @@ impl Dispatch {
     /// to be answered.
     async fn other<S: Transport>(&mut self, conn: &mut Conn<S>, req: Request) -> Option<Reply> {
         Some(match req {
-            Request::Engine(EngineRequest::NsList(list)) => ns_list(conn, list.page).await,
+            Request::Engine(EngineRequest::NsList(list)) => ns_list(conn, list.page, None).await,
             // EXEC sends these to their shard as one batch; one run alone gets its reply here.
             Request::Engine(r) => {
                 let shard = r.namespace().map_or(conn.ctx.id, |ns| conn.g.shard_of(ns));
@@ -217,7 +313,11 @@ impl Dispatch {
                     Done::Parked(..) | Done::Killed => shutting_down(),
                 }
             }
-            Request::Info(sections) => info_reply(conn, &sections).await,
+            Request::Info(sections) => info_reply(conn, &sections, None).await,
+            Request::Monitor => {
+                conn.monitor = Some(conn.g.monitors.add());
+                Reply::OK
+            }
             Request::ClientUnblock { id, error } => unblock(conn, id, error).await,
             // `command` runs these before anything is parsed or queued, so EXEC's queue never
             // holds one; were one to get here, the client gets Redis's answer to a nested one.
@@ -226,14 +326,12 @@ impl Dispatch {
             )),
             Request::Session(SessionRequest::Reset) => {
                 self.multi = None;
+                conn.monitor = None;
                 conn.session.client().set_multi(None);
                 return surface::run(&mut conn.session, &conn.g, SessionRequest::Reset);
             }
             Request::Session(req) => {
-                let kills = matches!(
-                    req,
-                    SessionRequest::ClientKill(_) | SessionRequest::AclDelUser(_)
-                );
+                let kills = kills(&req);
                 let reply = surface::run(&mut conn.session, &conn.g, req);
                 if kills {
                     end_killed_waiters(conn).await;
@@ -243,43 +341,174 @@ impl Dispatch {
         })
     }
 
-    /// EXEC: runs the plan multi.rs makes of the transaction; the engine commands go to their
-    /// shard as one batch, acquires without waiting.
-    async fn exec<S: Transport>(&mut self, conn: &mut Conn<S>) {
-        self.flush_batch(conn).await;
+    /// EXEC: runs the plan multi.rs makes of the transaction, in queue order. The engine
+    /// commands run as one batch on their namespace's shard, acquires without waiting; the part
+    /// of an NS.LIST, INFO, CLIENT UNBLOCK or kill that reads or changes that shard runs inside
+    /// the batch at its place (msg.rs's `TxItem`). The other commands, and those parts on other
+    /// shards (which the transaction does not change), run before the batch, in order. The
+    /// engine commands are counted on their shard; the others here, each as its own call, as
+    /// Redis counts the commands of a transaction.
+    async fn exec<S: Transport>(&mut self, conn: &mut Conn<S>) -> Reply {
         let tx = match multi::take(&mut self.multi, conn.session.client()) {
             Ok(tx) => tx,
-            Err(reply) => return conn.push(reply),
+            Err(reply) => return reply,
         };
         if tx.adds_state() && conn.g.memory.exceeded() {
             let why = format!("Transaction discarded because of: OOM {}", memory::OOM);
-            return conn.push(Reply::Error(Error::ExecAbort(why)));
+            return Reply::Error(Error::ExecAbort(why));
         }
         let user = conn.session.current_user(&conn.g.acl).cloned();
         let plan = match tx.plan(user.as_ref(), &conn.g) {
             Ok(p) => p,
-            Err(reply) => return conn.push(reply),
+            Err(reply) => return reply,
         };
-        let mut engine_done = match plan.shard {
-            Some(s) => on_shard(conn, s, plan.engine).await,
-            None => Vec::new(),
-        }
-        .into_iter();
-        let mut replies = Vec::with_capacity(plan.steps.len());
+        let home = plan.shard;
+        let mut items = Vec::new();
+        let mut answers = Vec::with_capacity(plan.steps.len());
         for step in plan.steps {
-            let reply = match step {
-                Step::Engine => match engine_done.next() {
-                    Some(Done::Reply(r)) => r,
-                    // No parker: nothing parks inside a transaction, nor is refused for a kill.
-                    Some(Done::Parked(..) | Done::Killed) | None => shutting_down(),
-                },
-                Step::Failed(e) => Reply::Error(e),
-                Step::Run(req) => self.other(conn, req).await.unwrap_or(Reply::OK),
+            let started = Instant::now();
+            // Counted once answered (below): the commands that are not the engine's.
+            let name = match &step {
+                Step::Run(name, _) => Some(*name),
+                Step::Engine(_) | Step::Failed(..) => None,
             };
+            let answer = match (step, home) {
+                (Step::Failed(name, e), _) => {
+                    conn.ctx
+                        .record(name, Duration::ZERO, Outcome::Failed, Some(&e));
+                    Answer::Now(Reply::Error(e))
+                }
+                (Step::Engine(r), _) => Answer::Item(push(&mut items, TxItem::Engine(r))),
+                (Step::Run(_, Request::Engine(EngineRequest::NsList(list))), Some(_)) => {
+                    let item = TxItem::NsList(list.page.clone(), visible_to(conn));
+                    Answer::NsList(push(&mut items, item), list.page)
+                }
+                (Step::Run(_, Request::Info(sections)), Some(_)) => {
+                    let item = TxItem::Info(info::wants_latency(&sections));
+                    Answer::Info(push(&mut items, item), sections)
+                }
+                (Step::Run(_, Request::ClientUnblock { id, error }), Some(h)) => {
+                    match parked(conn, id) {
+                        Some((shard, waiter)) if shard == h => {
+                            let item = TxItem::Cancel(waiter, unblock_why(error));
+                            Answer::Item(push(&mut items, item))
+                        }
+                        _ => Answer::Now(unblock(conn, id, error).await),
+                    }
+                }
+                (Step::Run(_, Request::Session(req)), Some(h)) if kills(&req) => {
+                    let reply = surface::run(&mut conn.session, &conn.g, req);
+                    for (shard, waiter) in conn.g.clients.killed_parked() {
+                        if shard == h {
+                            items.push(TxItem::Cancel(waiter, Cancel::Disconnected));
+                        } else {
+                            conn.cancel(shard, waiter, Cancel::Disconnected).await;
+                        }
+                    }
+                    Answer::Now(reply.unwrap_or(Reply::OK))
+                }
+                (Step::Run(_, req), _) => {
+                    Answer::Now(self.other(conn, req).await.unwrap_or(Reply::OK))
+                }
+            };
+            answers.push((name, started.elapsed(), answer));
+        }
+        let mut done: Vec<Option<TxDone>> = match home {
+            Some(h) if !items.is_empty() => txn(conn, h, items).await,
+            _ => Vec::new(),
+        }
+        .into_iter()
+        .map(Some)
+        .collect();
+        let mut take = |i: usize| done.get_mut(i).and_then(Option::take);
+        let mut replies = Vec::with_capacity(answers.len());
+        for (name, before, answer) in answers {
+            let started = Instant::now();
+            let reply = match answer {
+                Answer::Now(r) => r,
+                Answer::Item(i) => match take(i) {
+                    Some(TxDone::Engine(Done::Reply(r))) => r,
+                    Some(TxDone::Cancel(ended)) => Reply::Int(i64::from(ended)),
+                    // No parker: nothing parks inside a transaction, nor is refused for a kill.
+                    _ => shutting_down(),
+                },
+                Answer::NsList(i, page) => match (take(i), home) {
+                    (Some(TxDone::NsList(part)), Some(h)) => {
+                        ns_list(conn, page, Some((h, part))).await
+                    }
+                    _ => shutting_down(),
+                },
+                Answer::Info(i, sections) => match (take(i), home) {
+                    (Some(TxDone::Info(part)), Some(h)) => {
+                        info_reply(conn, &sections, Some((h, *part))).await
+                    }
+                    _ => shutting_down(),
+                },
+            };
+            if let Some(name) = name {
+                conn.ctx
+                    .record_reply(name, before + started.elapsed(), &reply);
+            }
             replies.push(reply);
         }
-        debug_assert!(engine_done.next().is_none());
-        conn.push(Reply::Array(replies));
+        Reply::Array(replies)
+    }
+}
+
+/// How EXEC answers one queued command.
+enum Answer {
+    /// Already answered.
+    Now(Reply),
+    /// By the result of the transaction's item at this index.
+    Item(usize),
+    /// By an NS.LIST page: this shard's part is the item at the index, the others' are asked.
+    NsList(usize, Page),
+    /// By INFO: this shard's figures are the item at the index, the others' are asked.
+    Info(usize, Vec<Bytes>),
+}
+
+/// Appends `item`; its index.
+fn push(items: &mut Vec<TxItem>, item: TxItem) -> usize {
+    items.push(item);
+    items.len() - 1
+}
+
+/// Whether a surface command kills clients (their parked acquires then end).
+fn kills(req: &SessionRequest) -> bool {
+    matches!(
+        req,
+        SessionRequest::ClientKill(_) | SessionRequest::AclDelUser(_)
+    )
+}
+
+/// Where client `id` has an acquire parked.
+fn parked<S: Transport>(conn: &Conn<S>, id: u64) -> Option<(usize, WaiterId)> {
+    conn.g.clients.get(id)?.parking().parked()
+}
+
+/// Only the namespaces the user may see; filtered on the shards so that pages stay full.
+fn visible_to<S: Transport>(conn: &Conn<S>) -> Option<Arc<User>> {
+    conn.session.user().cloned().filter(|u| !u.sees_all())
+}
+
+/// Runs a transaction's items on `shard`, inline when it is this thread's (none when the shard
+/// is gone, at shutdown).
+async fn txn<S: Transport>(conn: &mut Conn<S>, shard: usize, items: Vec<TxItem>) -> Vec<TxDone> {
+    if shard == conn.ctx.id {
+        let done = conn.ctx.exec_txn(items);
+        conn.note(shard, conn.ctx.last_lsn());
+        return done;
+    }
+    match conn
+        .g
+        .ask(shard, |reply| ShardMsg::Txn { items, reply })
+        .await
+    {
+        Some(Durable { value, lsn }) => {
+            conn.note(shard, lsn);
+            value
+        }
+        None => Vec::new(),
     }
 }
 
@@ -299,21 +528,6 @@ async fn one<S: Transport>(
     let done = conn
         .ctx
         .exec(r, may_wait.then(|| conn.session.client().parking()));
-    conn.note(shard, conn.ctx.last_lsn());
-    done
-}
-
-/// Runs requests of `shard` in order, inline when it is this thread's (none when the shard is
-/// gone, at shutdown).
-async fn on_shard<S: Transport>(
-    conn: &mut Conn<S>,
-    shard: usize,
-    reqs: Vec<EngineRequest>,
-) -> Vec<Done> {
-    if shard != conn.ctx.id {
-        return remote(conn, shard, reqs, None).await;
-    }
-    let done = conn.ctx.exec_batch(reqs, None);
     conn.note(shard, conn.ctx.last_lsn());
     done
 }
@@ -340,10 +554,14 @@ async fn remote<S: Transport>(
     }
 }
 
-/// NS.LIST: every shard's part, merged in name order.
-async fn ns_list<S: Transport>(conn: &mut Conn<S>, page: Page) -> Reply {
-    // Only the namespaces the user may see; filtered on the shards so that pages stay full.
-    let visible_to = conn.session.user().cloned().filter(|u| !u.sees_all());
+/// NS.LIST: every shard's part, merged in name order; `known`, a shard's part already taken
+/// (inside a transaction, at its place).
+async fn ns_list<S: Transport>(
+    conn: &mut Conn<S>,
+    page: Page,
+    mut known: Option<(usize, NsPart)>,
+) -> Reply {
+    let visible_to = visible_to(conn);
     let answers = conn
         .g
         .ask_all(|reply| ShardMsg::NsList {
@@ -356,15 +574,33 @@ async fn ns_list<S: Transport>(conn: &mut Conn<S>, page: Page) -> Reply {
     for (shard, Durable { value, lsn }) in answers {
         // The page may show changes of that shard that are not durable yet.
         conn.note(shard, lsn);
-        parts.push(value);
+        match known.take_if(|(s, _)| *s == shard) {
+            Some((_, part)) => parts.push(part),
+            None => parts.push(value),
+        }
     }
     ns_page_reply(merge_ns_pages(parts, &page))
 }
 
-/// INFO: every shard's figures, added up.
-async fn info_reply<S: Transport>(conn: &Conn<S>, sections: &[Bytes]) -> Reply {
-    let answers = conn.g.ask_all(|reply| ShardMsg::Info { reply }).await;
-    let parts: Vec<_> = answers.into_iter().map(|(_, p)| p).collect();
+/// INFO: every shard's figures, added up; `known`, a shard's figures already taken (inside a
+/// transaction, at its place).
+async fn info_reply<S: Transport>(
+    conn: &Conn<S>,
+    sections: &[Bytes],
+    mut known: Option<(usize, ShardInfo)>,
+) -> Reply {
+    let latency = info::wants_latency(sections);
+    let answers = conn
+        .g
+        .ask_all(|reply| ShardMsg::Info { latency, reply })
+        .await;
+    let parts: Vec<_> = answers
+        .into_iter()
+        .map(|(shard, p)| match known.take_if(|(s, _)| *s == shard) {
+            Some((_, part)) => part,
+            None => p,
+        })
+        .collect();
     let totals = info::sum(&parts);
     Reply::Verbatim(info::info_text(&conn.g, sections, totals).into())
 }
@@ -382,16 +618,20 @@ async fn end_killed_waiters<S: Transport>(conn: &Conn<S>) {
 /// UNBLOCKED error) and answers 1 only when this ended it: the waiter was still parked, not
 /// granted or timed out first. Its reply then reaches the client as any parked reply does.
 async fn unblock<S: Transport>(conn: &Conn<S>, id: u64, error: bool) -> Reply {
-    let why = if error {
-        Cancel::UnblockError
-    } else {
-        Cancel::UnblockTimeout
-    };
-    let ended = match conn.g.clients.get(id).and_then(|c| c.parking().parked()) {
-        Some((shard, waiter)) => conn.cancel(shard, waiter, why).await,
+    let ended = match parked(conn, id) {
+        Some((shard, waiter)) => conn.cancel(shard, waiter, unblock_why(error)).await,
         None => false,
     };
     Reply::Int(i64::from(ended))
+}
+
+/// How CLIENT UNBLOCK ends an acquire: as a time-out, or with the UNBLOCKED error.
+fn unblock_why(error: bool) -> Cancel {
+    if error {
+        Cancel::UnblockError
+    } else {
+        Cancel::UnblockTimeout
+    }
 }
 
 fn shutting_down() -> Reply {

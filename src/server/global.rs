@@ -13,8 +13,11 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::acl::Acl;
 use super::clients::Registry;
+use super::latency::LatencyMonitor;
 use super::memory::MemoryLimit;
+use super::monitor::Monitors;
 use super::msg::{ShardMsg, ThreadMsg};
+use super::slowlog::SlowLog;
 use super::topology::Topology;
 use crate::config::Config;
 use crate::engine::types::{Limits, Name, Nanos};
@@ -34,7 +37,9 @@ const LOST_KEPT: usize = 16;
 pub struct Saved {
     /// Every LSN up to this one is on disk, but the rolled-back ones.
     pub lsn: u64,
-    lost: Arc<Vec<Lost>>,
+    /// None until a roll-back: a connection keeps one of these per shard, made without an
+    /// allocation.
+    lost: Option<Arc<Vec<Lost>>>,
 }
 
 /// LSNs `after + 1 ..= upto`, rolled back.
@@ -49,6 +54,7 @@ impl Saved {
     /// The error of a rolled-back change, if `lsn` is one.
     pub fn lost(&self, lsn: u64) -> Option<&Error> {
         self.lost
+            .as_deref()?
             .iter()
             .rev()
             .find(|l| l.after < lsn && lsn <= l.upto)
@@ -88,6 +94,12 @@ pub struct Global {
     pub topology: Topology,
     /// When the server was ready to serve (after loading its data).
     pub started: Instant,
+    /// The clients in MONITOR mode.
+    pub monitors: Monitors,
+    /// SLOWLOG's entries.
+    pub slowlog: SlowLog,
+    /// LATENCY's events.
+    pub latency: LatencyMonitor,
     inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
     shutdown: watch::Sender<bool>,
     /// Per shard: the LSN up to which its log is durable (written, and under `--fsync always`
@@ -121,6 +133,9 @@ impl Global {
             limits: Arc::new(config.limits()),
             request_limits: config.request_limits(),
             memory: MemoryLimit::new(config.maxmemory),
+            monitors: Monitors::default(),
+            slowlog: SlowLog::new(config.slowlog_log_slower_than, config.slowlog_max_len),
+            latency: LatencyMonitor::new(config.latency_monitor_threshold),
             config,
             clients: Registry::default(),
             acl,
@@ -246,13 +261,13 @@ impl Global {
     /// show them go out as `error` (called by that shard alone).
     pub fn roll_back(&self, shard: usize, after: u64, upto: u64, error: Error) {
         self.durable[shard].send_modify(|d| {
-            let mut lost = d.lost.as_ref().clone();
+            let mut lost = d.lost.as_deref().cloned().unwrap_or_default();
             lost.push(Lost { after, upto, error });
             if lost.len() > LOST_KEPT {
                 let oldest = lost.remove(0);
                 lost[0].after = oldest.after;
             }
-            d.lost = Arc::new(lost);
+            d.lost = Some(Arc::new(lost));
         });
     }
 

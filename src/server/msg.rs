@@ -9,13 +9,18 @@ use tokio::sync::oneshot;
 
 use super::acl::User;
 use super::parking::Parking;
+use super::semstats::{NsGauge, SemGauge, SemKey, WaitHist};
 use super::session::Session;
+use super::stats::CommandStats;
 use crate::engine::page::{Page, PageOf};
 use crate::engine::request::EngineRequest;
 use crate::engine::types::Name;
 use crate::engine::{Cancel, Counts, Stats, WaiterId};
 use crate::persist::PersistStats;
 use crate::protocol::{Proto, Reply};
+
+/// A shard's part of an NS.LIST page: its candidates, each with its reply.
+pub type NsPart = PageOf<Name, (Name, Reply)>;
 
 /// A shard thread's inbox message.
 #[derive(Debug)]
@@ -99,6 +104,13 @@ pub enum ShardMsg {
         /// What ran.
         reply: oneshot::Sender<Durable<Ran>>,
     },
+    /// Run a transaction's items in order, at one instant (see [`TxItem`]).
+    Txn {
+        /// Items, their requests all for namespaces of this shard.
+        items: Vec<TxItem>,
+        /// Results, one per item.
+        reply: oneshot::Sender<Durable<Vec<TxDone>>>,
+    },
     /// Take a parked acquire out of its queue.
     Cancel {
         /// The parked acquire.
@@ -115,17 +127,55 @@ pub enum ShardMsg {
         /// Only namespaces this user may access (`None`: all).
         visible_to: Option<Arc<User>>,
         /// This shard's candidates.
-        reply: oneshot::Sender<Durable<PageOf<Name, (Name, Reply)>>>,
+        reply: oneshot::Sender<Durable<NsPart>>,
     },
     /// Counters and sizes for INFO.
     Info {
+        /// Whether to include the latency histograms (INFO latencystats).
+        latency: bool,
         /// Where the figures go.
         reply: oneshot::Sender<ShardInfo>,
     },
+    /// Everything `/metrics` shows of this shard, its namespaces and semaphores capped.
+    Metrics {
+        /// Most namespaces and semaphores to report (the busiest).
+        cap: usize,
+        /// Where the figures go.
+        reply: oneshot::Sender<ShardMetrics>,
+    },
+}
+
+/// One item of a transaction run on its namespace's shard. A transaction's NS.LIST, INFO,
+/// CLIENT UNBLOCK and kills see or change that shard's state, so their part there runs at its
+/// place in the queue, between the engine commands before and after it (SPEC §7: the queue runs
+/// in order, atomically). Other shards' parts run outside: the transaction changes none of them.
+#[derive(Debug)]
+pub enum TxItem {
+    /// An engine command; an acquire does not wait.
+    Engine(EngineRequest),
+    /// This shard's part of an NS.LIST page, for this user (`None`: all).
+    NsList(Page, Option<Arc<User>>),
+    /// This shard's INFO figures (with the latency histograms if true).
+    Info(bool),
+    /// End a parked acquire (an unblock, or the kill of its client).
+    Cancel(WaiterId, Cancel),
+}
+
+/// The result of a [`TxItem`], of the same kind.
+#[derive(Debug)]
+pub enum TxDone {
+    /// Of an engine command.
+    Engine(Done),
+    /// This shard's NS.LIST part.
+    NsList(NsPart),
+    /// This shard's INFO figures (boxed: they hold every command's statistics).
+    Info(Box<ShardInfo>),
+    /// Whether the acquire was still parked.
+    Cancel(bool),
 }
 
 /// One shard's INFO figures.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ShardInfo {
     /// Namespaces, semaphores, leases, holders, waiters.
     pub counts: Counts,
@@ -135,4 +185,19 @@ pub struct ShardInfo {
     pub persist: PersistStats,
     /// Commands run by the connections of this thread.
     pub commands: u64,
+    /// The per-command figures of the commands run on this thread.
+    pub command_stats: CommandStats,
+}
+
+/// One shard's figures for `/metrics`.
+#[derive(Debug)]
+pub struct ShardMetrics {
+    /// What INFO shows, latency histograms included.
+    pub info: ShardInfo,
+    /// The busiest namespaces, at most the cap.
+    pub namespaces: Vec<NsGauge>,
+    /// The busiest semaphores, at most the cap.
+    pub semaphores: Vec<SemGauge>,
+    /// The semaphores that granted most waiters, with their waits.
+    pub waits: Vec<(SemKey, WaitHist)>,
 }

@@ -3,7 +3,7 @@
 //! namespaces (CROSSSLOT) before anything runs. Its engine commands then run as one batch on
 //! their namespace's shard, acquires without waiting, at one instant: nothing (an expiry,
 //! another client's command) happens between two of them. This file decides what EXEC runs, as
-//! a [`Plan`]; dispatch.rs runs the plan as it runs any other request.
+//! a [`Plan`]; dispatch.rs runs the plan in queue order.
 
 use bytes::Bytes;
 
@@ -28,20 +28,19 @@ pub struct Transaction {
 pub struct Plan {
     /// The shard of the transaction's namespace (`None`: no engine command).
     pub shard: Option<usize>,
-    /// The engine commands, in queue order, to run as one batch on `shard`.
-    pub engine: Vec<EngineRequest>,
     /// One per queued command, in queue order.
     pub steps: Vec<Step>,
 }
 
 /// One queued command of a [`Plan`].
 pub enum Step {
-    /// Answered by the next result of the engine batch.
-    Engine,
-    /// A command run by itself (NS.LIST, INFO, a surface command).
-    Run(Request),
-    /// Refused when EXEC checked it again, or when parsed.
-    Failed(Error),
+    /// An engine command of the transaction's namespace, run in the batch on its shard.
+    Engine(EngineRequest),
+    /// Any other command (NS.LIST, INFO, a surface command), with its name (its statistics
+    /// are counted under it).
+    Run(&'static str, Request),
+    /// Refused when EXEC checked it again, or when parsed, with the command's name.
+    Failed(&'static str, Error),
 }
 
 /// MULTI.
@@ -147,22 +146,16 @@ impl Transaction {
             }
         }
         let shard = namespace.map(|ns| g.shard_of(ns));
-        let mut engine = Vec::new();
-        let mut steps = Vec::with_capacity(parsed.len());
-        for r in parsed {
-            steps.push(match r {
-                Ok(Request::Engine(e)) if e.namespace().is_some() => {
-                    engine.push(e);
-                    Step::Engine
-                }
-                Ok(other) => Step::Run(other),
-                Err(e) => Step::Failed(e),
-            });
-        }
-        Ok(Plan {
-            shard,
-            engine,
-            steps,
-        })
+        let steps = self
+            .queued
+            .iter()
+            .zip(parsed)
+            .map(|((spec, _), r)| match r {
+                Ok(Request::Engine(e)) if e.namespace().is_some() => Step::Engine(e),
+                Ok(other) => Step::Run(spec.name, other),
+                Err(e) => Step::Failed(spec.name, e),
+            })
+            .collect();
+        Ok(Plan { shard, steps })
     }
 }

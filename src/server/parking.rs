@@ -11,11 +11,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::engine::WaiterId;
+use crate::engine::{ClientId, WaiterId};
 
 /// See the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Parking {
+    /// The client's id, which its parked acquire is shown under (SEM.WAITERS).
+    client: ClientId,
     killed: AtomicBool,
     /// The shard and waiter id of the client's parked acquire. It may outlive the wait until the
     /// connection clears it; cancelling a waiter that ended is a no-op.
@@ -23,6 +25,20 @@ pub struct Parking {
 }
 
 impl Parking {
+    /// The parking of client `client`, neither killed nor parked.
+    pub fn new(client: ClientId) -> Parking {
+        Parking {
+            client,
+            killed: AtomicBool::new(false),
+            at: Mutex::new(None),
+        }
+    }
+
+    /// The client's id.
+    pub fn client(&self) -> ClientId {
+        self.client
+    }
+
     fn at(&self) -> MutexGuard<'_, Option<(usize, WaiterId)>> {
         self.at.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -69,7 +85,7 @@ mod tests {
 
     #[test]
     fn a_kill_finds_the_parked_acquire_or_keeps_it_from_parking() {
-        let p = Parking::default();
+        let p = Parking::new(1);
         assert!(p.park(1, 7));
         assert_eq!(p.parked(), Some((1, 7)));
         p.unpark(6);

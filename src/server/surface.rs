@@ -105,6 +105,15 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         Request::AclLoad => g.acl.load().map(|()| Reply::OK).into(),
         Request::AclSave => g.acl.save().map(|()| Reply::OK).into(),
         Request::Time => time(),
+        Request::SlowlogGet(count) => g.slowlog.get(count),
+        Request::SlowlogLen => Reply::Int(g.slowlog.len() as i64),
+        Request::SlowlogReset => {
+            g.slowlog.reset();
+            Reply::OK
+        }
+        Request::LatencyLatest => g.latency.latest(),
+        Request::LatencyHistory(event) => g.latency.history(&event),
+        Request::LatencyReset(events) => Reply::Int(g.latency.reset(&events) as i64),
         Request::Role => g.topology.role(),
         Request::ClusterSlots => g.topology.cluster_slots(viewer(s, g)),
         Request::ClusterShards => g.topology.cluster_shards(viewer(s, g)),

@@ -24,4 +24,4 @@ pub mod types;
 pub mod view;
 
 pub use shard::{Cancel, Counts, Exec, Shard, Stats};
-pub use state::WaiterId;
+pub use state::{ClientId, WaiterId};

@@ -24,6 +24,8 @@ pub enum CursorKind {
     Holders,
     /// LEASE.LIST, keyed by creation order.
     Leases,
+    /// SEM.WAITERS, keyed by arrival order (the waiter id).
+    Waiters,
 }
 
 impl CursorKind {
@@ -33,6 +35,7 @@ impl CursorKind {
             CursorKind::Semaphores => b's',
             CursorKind::Holders => b'h',
             CursorKind::Leases => b'l',
+            CursorKind::Waiters => b'w',
         }
     }
 }

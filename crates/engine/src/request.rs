@@ -28,6 +28,7 @@ pub enum EngineRequest {
     SemAcquireAll(SemAcquireAll),
     SemRelease(SemRelease),
     SemHolders(SemHolders),
+    SemWaiters(SemWaiters),
     LeaseCreate(LeaseCreate),
     LeaseGet(LeaseGet),
     LeaseList(LeaseList),
@@ -180,6 +181,15 @@ pub struct SemHolders {
     pub page: Page,
 }
 
+/// `SEM.WAITERS ns sem [CURSOR c] [LIMIT n]`.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub struct SemWaiters {
+    pub ns: Name,
+    pub sem: Name,
+    pub page: Page,
+}
+
 /// `LEASE.CREATE ns process_id ttl [META k v ...]`. The id is drawn from the CSPRNG at the
 /// edge, so that the engine stays deterministic and the journal records it.
 #[derive(Debug, Clone, PartialEq)]
@@ -247,6 +257,7 @@ impl EngineRequest {
             R::SemAcquireAll(r) => &r.ns,
             R::SemRelease(r) => &r.ns,
             R::SemHolders(r) => &r.ns,
+            R::SemWaiters(r) => &r.ns,
             R::LeaseCreate(r) => &r.ns,
             R::LeaseGet(r) => &r.ns,
             R::LeaseList(r) => &r.ns,
@@ -278,6 +289,7 @@ impl EngineRequest {
             | R::SemGet(_)
             | R::SemList(_)
             | R::SemHolders(_)
+            | R::SemWaiters(_)
             | R::LeaseGet(_)
             | R::LeaseList(_) => false,
         }

@@ -14,6 +14,9 @@ use super::types::{FencingToken, Metadata, Name, Nanos, Weight};
 /// Parked-acquire identity, unique per shard and rising in arrival order.
 pub type WaiterId = u64;
 
+/// The client a parked acquire waits for (its `CLIENT ID`), shown by SEM.WAITERS.
+pub type ClientId = u64;
+
 /// Names by small integer keys, handed out so that no two live names share one. Keys stand in
 /// for names where one is stored per lease (its holds, its expiry timer).
 #[derive(Debug, Default)]
@@ -339,6 +342,10 @@ pub struct Waiter {
     /// For a SEM.ACQUIREALL, every semaphore it asks for, in the order asked (shared by its
     /// entries); `None` for a SEM.ACQUIRE.
     pub all: Option<Arc<[Name]>>,
+    /// When it parked.
+    pub parked_at: Nanos,
+    /// The client it waits for.
+    pub client: ClientId,
 }
 
 impl Waiter {

@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::leases::Lease;
 use super::page::{CursorKind, PageOf};
-use super::state::{Holder, Namespace, Semaphore};
+use super::state::{Holder, Namespace, Semaphore, Waiter};
 use super::types::{FencingToken, Metadata};
 use crate::protocol::Reply;
 
@@ -60,6 +60,7 @@ pub fn semaphore(s: &Semaphore) -> Reply {
         ("permits", Reply::Int(s.permits)),
         ("active_holds", Reply::Int(s.active_holds)),
         ("active_holders_count", Reply::Int(s.holders.len() as i64)),
+        ("waiters", Reply::Int(s.queue.len() as i64)),
         ("version", Reply::Int(s.version)),
         ("created_at", Reply::Int(s.created_at)),
         ("updated_at", Reply::Int(s.updated_at)),
@@ -81,6 +82,21 @@ pub fn holder(token: FencingToken, h: &Holder, lease: &Lease) -> Reply {
         ("expires_at", Reply::Int(lease.expires_at)),
         ("fencing_token", Reply::Int(token)),
         ("metadata", metadata(&h.metadata)),
+    ])
+}
+
+/// A parked acquire for `lease` (its id and process are the lease's).
+pub fn waiter(w: &Waiter, lease: &Lease) -> Reply {
+    Reply::fields(vec![
+        ("lease_id", Reply::Bulk(lease.id.to_bytes())),
+        (
+            "process_id",
+            Reply::Bulk(Bytes::copy_from_slice(&lease.process_id)),
+        ),
+        ("weight", Reply::Int(w.weight)),
+        ("parked_at", Reply::Int(w.parked_at)),
+        ("deadline", Reply::Int(w.deadline)),
+        ("client_id", Reply::Int(w.client as i64)),
     ])
 }
 
@@ -130,6 +146,12 @@ pub fn acquire_all<'a>(
         ("outcome", Reply::text(outcome.as_str())),
         ("holds", Reply::Array(holds)),
     ])
+}
+
+/// Whether an acquire reply [`acquire`] built says ACQUIRED (the server's wait-time figures
+/// count the grants of parked acquires).
+pub fn is_acquired(r: &Reply) -> bool {
+    r.field("outcome") == Some(&Reply::text(Outcome::Acquired.as_str()))
 }
 
 /// A page: the list under `list`, then `next_cursor` and `previous_cursor` (`""` when none).

@@ -17,7 +17,7 @@ async function isBlocked(r, id, cmd = 'sem.acquire') {
   return !!line && / flags=b /.test(line) && line.includes(` cmd=${cmd} `);
 }
 
-const SEM_FIELDS = ['name', 'description', 'permits', 'active_holds', 'active_holders_count', 'version',
+const SEM_FIELDS = ['name', 'description', 'permits', 'active_holds', 'active_holders_count', 'waiters', 'version',
   'created_at', 'updated_at', 'last_activity_at', 'metadata'];
 
 for (const setup of SETUPS) {

@@ -13,7 +13,7 @@ use crate::journal::Record;
 use crate::leases::LeaseRef;
 use crate::protocol::Reply;
 use crate::request::{SemAcquire, SemAcquireAll, SemRelease};
-use crate::state::{Namespace, Semaphore, Waiter, WaiterId};
+use crate::state::{ClientId, Namespace, Semaphore, Waiter, WaiterId};
 use crate::types::{Limits, Metadata, Name, Nanos, Weight};
 use crate::view::{self, Outcome};
 
@@ -65,6 +65,8 @@ struct Parking {
     deadline: Nanos,
     /// For a SEM.ACQUIREALL, the semaphores it asks for ([`Waiter::all`]).
     all: Option<Arc<[Name]>>,
+    /// The client it waits for.
+    client: ClientId,
 }
 
 /// Parks `p` at the tail of each queue in `parts` (semaphore and weight; their
@@ -87,6 +89,8 @@ fn park(
             metadata: p.meta.clone(),
             deadline: p.deadline,
             all: p.all.clone(),
+            parked_at: now,
+            client: p.client,
         };
         s.queue.insert(id, entry);
     }
@@ -100,8 +104,14 @@ fn park(
 
 impl Shard {
     /// SEM.ACQUIRE: grants at once when the hold does not grow or nobody waits and the permits
-    /// are free; else answers UNAVAILABLE (`timeout` 0) or parks the request at the queue's tail.
-    pub(super) fn acquire(&mut self, now: Nanos, req: SemAcquire) -> Result<Exec, Error> {
+    /// are free; else answers UNAVAILABLE (`timeout` 0, or no `client` to park for) or parks
+    /// the request at the queue's tail for `client`.
+    pub(super) fn acquire(
+        &mut self,
+        now: Nanos,
+        req: SemAcquire,
+        client: Option<ClientId>,
+    ) -> Result<Exec, Error> {
         let SemAcquire {
             ns,
             sem,
@@ -143,11 +153,11 @@ impl Shard {
                 Some(token),
             )));
         }
-        if timeout == 0 {
+        let Some(client) = client.filter(|_| timeout > 0) else {
             touch(&ns, s, now, &mut self.cx.journal);
             self.cx.stats.acquire_unavailable += 1;
             return Ok(Exec::Reply(view::acquire(Outcome::Unavailable, s, None)));
-        }
+        };
         waiter_room(s, max_sem_waiters)?;
         server_waiter_room(&self.cx)?;
         let p = Parking {
@@ -155,15 +165,22 @@ impl Shard {
             meta,
             deadline: now.saturating_add(timeout),
             all: None,
+            client,
         };
         let id = park(n, p, &[(sem, weight)], now, &mut self.cx);
         Ok(Exec::Parked(id))
     }
 
     /// SEM.ACQUIREALL: SEM.ACQUIRE's rules over each asked semaphore, all or none. Granted at
-    /// once when every part is (see [`grantable_now`]); else UNAVAILABLE (`timeout` 0) or
-    /// parked at the tail of every asked queue, to be served by [`super::queue::serve`].
-    pub(super) fn acquire_all(&mut self, now: Nanos, req: SemAcquireAll) -> Result<Exec, Error> {
+    /// once when every part is (see [`grantable_now`]); else UNAVAILABLE (`timeout` 0, or no
+    /// `client` to park for) or parked for `client` at the tail of every asked queue, to be
+    /// served by [`super::queue::serve`].
+    pub(super) fn acquire_all(
+        &mut self,
+        now: Nanos,
+        req: SemAcquireAll,
+        client: Option<ClientId>,
+    ) -> Result<Exec, Error> {
         let SemAcquireAll {
             ns,
             lease,
@@ -216,7 +233,7 @@ impl Shard {
             let holds = sems.iter().map(|s| &n.semaphores[s]).zip(tokens);
             return Ok(Exec::Reply(view::acquire_all(Outcome::Acquired, holds)));
         }
-        if timeout == 0 {
+        let Some(client) = client.filter(|_| timeout > 0) else {
             for sem in &sems {
                 let s = n.semaphores.get_mut(sem).expect("checked above");
                 touch(&ns, s, now, &mut self.cx.journal);
@@ -224,7 +241,7 @@ impl Shard {
             self.cx.stats.acquire_unavailable += 1;
             let holds = sems.iter().map(|s| (&n.semaphores[s], None));
             return Ok(Exec::Reply(view::acquire_all(Outcome::Unavailable, holds)));
-        }
+        };
         for sem in &sems {
             waiter_room(&n.semaphores[sem], max_sem_waiters)?;
         }
@@ -239,6 +256,7 @@ impl Shard {
             meta,
             deadline: now.saturating_add(timeout),
             all: Some(sems.into()),
+            client,
         };
         let id = park(n, p, &weights, now, &mut self.cx);
         Ok(Exec::Parked(id))

@@ -316,6 +316,12 @@ impl Shard {
         self.cx.stats
     }
 
+    /// The namespace and semaphore a parked acquire waits on, read by the server's
+    /// per-semaphore figures (`/metrics`).
+    pub fn waiter_semaphore(&self, id: WaiterId) -> Option<&(Name, Name)> {
+        self.cx.waiter_at.get(&id)
+    }
+
     /// INFO sizes.
     pub fn counts(&self) -> Counts {
         let mut c = Counts {

@@ -5,12 +5,14 @@ use super::leases::find_lease;
 use super::namespaces::{merge_ns_pages, ns_page_reply};
 use crate::protocol::Reply;
 use crate::request::EngineRequest;
+use crate::state::ClientId;
 use crate::types::Nanos;
 use crate::view;
 
 impl Shard {
-    /// Runs one request at `now`. `may_wait` is false inside MULTI: acquires never park there.
-    pub fn execute(&mut self, now: Nanos, req: EngineRequest, may_wait: bool) -> Exec {
+    /// Runs one request at `now`. An acquire may park only for a `client` (none inside MULTI:
+    /// acquires never park there).
+    pub fn execute(&mut self, now: Nanos, req: EngineRequest, client: Option<ClientId>) -> Exec {
         self.advance(now);
         use EngineRequest as R;
         let result = match req {
@@ -27,26 +29,21 @@ impl Shard {
             R::SemList(r) => self.sem_list(&r.ns, &r.page),
             R::SemUpdate(r) => self.sem_update(now, r),
             R::SemDelete(r) => self.sem_delete(now, &r.ns, &r.sem),
-            R::SemAcquire(mut r) => {
-                if !may_wait {
-                    r.timeout = 0;
-                }
-                return match self.acquire(now, r) {
+            R::SemAcquire(r) => {
+                return match self.acquire(now, r, client) {
                     Ok(exec) => exec,
                     Err(e) => Exec::Reply(Reply::Error(e)),
                 };
             }
-            R::SemAcquireAll(mut r) => {
-                if !may_wait {
-                    r.timeout = 0;
-                }
-                return match self.acquire_all(now, r) {
+            R::SemAcquireAll(r) => {
+                return match self.acquire_all(now, r, client) {
                     Ok(exec) => exec,
                     Err(e) => Exec::Reply(Reply::Error(e)),
                 };
             }
             R::SemRelease(r) => self.release(now, r),
             R::SemHolders(r) => self.holders(&r.ns, &r.sem, &r.page),
+            R::SemWaiters(r) => self.waiters(&r.ns, &r.sem, &r.page),
             R::LeaseCreate(r) => self.lease_create(now, r),
             R::LeaseGet(r) => self
                 .ns(&r.ns)

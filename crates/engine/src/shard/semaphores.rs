@@ -1,4 +1,5 @@
-//! SEM.CREATE, SEM.GET's look-up aside, SEM.LIST, SEM.UPDATE, SEM.DELETE and SEM.HOLDERS.
+//! SEM.CREATE, SEM.GET's look-up aside, SEM.LIST, SEM.UPDATE, SEM.DELETE, SEM.HOLDERS and
+//! SEM.WAITERS.
 
 use bytes::Bytes;
 
@@ -146,6 +147,24 @@ impl Shard {
         );
         Ok(view::page("holders", CursorKind::Holders, p, |t| {
             Bytes::copy_from_slice(&t.to_be_bytes())
+        }))
+    }
+
+    /// SEM.WAITERS: the parked acquires in the order they are served.
+    pub(super) fn waiters(&self, ns: &Name, sem: &Name, page: &Page) -> Result<Reply, Error> {
+        let n = self.ns(ns)?;
+        let s = n.semaphores.get(sem).ok_or_else(|| sem_missing(ns, sem))?;
+        // Waiter ids are below 2^63 (one a request), so the cursor's number is one.
+        let from = number_cursor(page)?.map(|(dir, id)| (dir, id as WaiterId));
+        let p = take_page(
+            &s.queue,
+            from,
+            page.limit,
+            |_| true,
+            |_, w| view::waiter(w, &n.leases[w.lease]),
+        );
+        Ok(view::page("waiters", CursorKind::Waiters, p, |id| {
+            Bytes::copy_from_slice(&id.to_be_bytes())
         }))
     }
 }

@@ -1,0 +1,475 @@
+//! The Raft log on our own files (replication.md §4.10): entries in append-only segments of
+//! `persist::log`'s frames, and a `meta` file with the vote, the committed id and the purged id.
+//!
+//! In the log's folder: `meta` (one frame, replaced atomically and fsynced) and
+//! `log-<first index>.seg` (frames, one entry each, consecutive indexes). An append is written
+//! and fdatasync'd on the writer thread before its `IOFlushed` fires; the vote, the committed
+//! id, truncations and purges are on disk before their calls return. At open, a torn frame
+//! ends the log (nothing after it was acknowledged: callbacks fire only after the sync of every
+//! earlier write); any other bad frame, or a gap between indexes, refuses to open, as a shard
+//! log's corruption stops the start.
+//!
+//! Every entry after the purged one is also kept in memory, where readers take it from;
+//! openraft purges what a snapshot holds, which bounds it.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::{Bytes, BytesMut};
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+
+use super::codec;
+use super::writer::{stopped, Op, Writer};
+use super::{Entry, LogId, TypeConfig, Vote};
+use crate::persist::codec::{Dec, DecodeError, Enc};
+use crate::persist::log::{frame_with, scan_with};
+use crate::persist::{sync_dir, truncate_log, write_file_synced};
+
+/// A segment grows past this many bytes before the next append starts a new one.
+pub const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// What the `meta` file holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Meta {
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    purged: Option<LogId>,
+}
+
+impl Meta {
+    fn encode(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        frame_with(&mut out, |out| {
+            let mut e = Enc(out);
+            codec::opt_vote(&mut e, self.vote.as_ref());
+            codec::opt_log_id(&mut e, self.committed.as_ref());
+            codec::opt_log_id(&mut e, self.purged.as_ref());
+        });
+        out.freeze()
+    }
+
+    fn decode(d: &mut Dec) -> Result<Meta, DecodeError> {
+        Ok(Meta {
+            vote: codec::dec_opt_vote(d)?,
+            committed: codec::dec_opt_log_id(d)?,
+            purged: codec::dec_opt_log_id(d)?,
+        })
+    }
+}
+
+/// One segment file: its first index and where each of its entries' frames ends.
+struct Segment {
+    first: u64,
+    path: PathBuf,
+    file: Arc<File>,
+    ends: Vec<u64>,
+}
+
+impl Segment {
+    /// The index after its last entry.
+    fn end(&self) -> u64 {
+        self.first + self.ends.len() as u64
+    }
+
+    /// Its size.
+    fn len(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(0)
+    }
+}
+
+fn segment_path(dir: &Path, first: u64) -> PathBuf {
+    dir.join(format!("log-{first:020}.seg"))
+}
+
+/// The first index a segment's file name gives.
+fn segment_first(name: &str) -> Option<u64> {
+    name.strip_prefix("log-")?
+        .strip_suffix(".seg")?
+        .parse()
+        .ok()
+}
+
+struct Log {
+    dir: PathBuf,
+    segment_bytes: u64,
+    meta: Meta,
+    segments: Vec<Segment>,
+    entries: BTreeMap<u64, Entry>,
+}
+
+impl Log {
+    fn last_log_id(&self) -> Option<LogId> {
+        match self.entries.last_key_value() {
+            Some((_, e)) => Some(e.log_id),
+            None => self.meta.purged,
+        }
+    }
+
+    /// The write of the meta file as it is now.
+    fn save_meta(&self) -> Op {
+        let path = self.dir.join("meta");
+        let bytes = self.meta.encode();
+        Box::new(move || write_file_synced(&path, &bytes))
+    }
+}
+
+/// An append's frames for one segment.
+struct Part {
+    seg_no: usize,
+    /// The segment's size before them.
+    base: u64,
+    bytes: BytesMut,
+    /// The folder to sync with them, when the segment is new.
+    new_in: Option<PathBuf>,
+}
+
+/// Resolves once everything queued before it on the writer is done.
+type Barrier = tokio::sync::oneshot::Receiver<io::Result<()>>;
+
+struct Shared {
+    log: Mutex<Log>,
+    writer: Writer,
+}
+
+/// The Raft log storage; clones share it (a clone is also its reader).
+#[derive(Clone)]
+pub struct LogStore {
+    shared: Arc<Shared>,
+}
+
+impl LogStore {
+    /// Opens (or creates) the log in `dir`; a segment is closed once it passes
+    /// `segment_bytes`. The error names the file, and the offset of a corrupt frame.
+    pub fn open(dir: &Path, segment_bytes: u64) -> Result<LogStore, String> {
+        let at = |p: &Path, e: io::Error| format!("{}: {e}", p.display());
+        fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
+        let meta = read_meta(&dir.join("meta"))?;
+        let mut firsts = Vec::new();
+        for item in fs::read_dir(dir).map_err(|e| at(dir, e))? {
+            let item = item.map_err(|e| at(dir, e))?;
+            if let Some(first) = item.file_name().to_str().and_then(segment_first) {
+                firsts.push(first);
+            }
+        }
+        firsts.sort_unstable();
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            meta,
+            segments: Vec::new(),
+            entries: BTreeMap::new(),
+        };
+        let mut torn = false;
+        for first in firsts {
+            let path = segment_path(dir, first);
+            if torn {
+                // After a torn frame: written by the same unfinished sync, never acknowledged.
+                fs::remove_file(&path).map_err(|e| at(&path, e))?;
+                continue;
+            }
+            torn = log.load_segment(first, path)?;
+        }
+        sync_dir(dir).map_err(|e| at(dir, e))?;
+        let writer = Writer::start().map_err(|e| format!("the Raft log's writer thread: {e}"))?;
+        Ok(LogStore {
+            shared: Arc::new(Shared {
+                log: Mutex::new(log),
+                writer,
+            }),
+        })
+    }
+
+    fn log(&self) -> MutexGuard<'_, Log> {
+        self.shared
+            .log
+            .lock()
+            .expect("no panic while the log is locked")
+    }
+
+    /// Puts `entries` in memory and queues their frames. An append of nothing hands back its
+    /// callback with a barrier to wait for: it is flushed once what was queued before is.
+    #[allow(clippy::type_complexity)]
+    fn queue_append(
+        &self,
+        log: &mut Log,
+        entries: impl IntoIterator<Item = Entry>,
+        done: IOFlushed<TypeConfig>,
+    ) -> io::Result<Option<(IOFlushed<TypeConfig>, Barrier)>> {
+        // Frames for one segment at a time: an append that fills one goes on in a new one.
+        let mut parts: Vec<Part> = Vec::new();
+        for ent in entries {
+            let next = log.last_log_id().map_or(0, |id| id.index + 1);
+            if ent.log_id.index != next && log.last_log_id().is_some() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "appending entry {} where entry {next} is next would leave a gap",
+                        ent.log_id.index
+                    ),
+                ));
+            }
+            let index = ent.log_id.index;
+            let full = log
+                .segments
+                .last()
+                .is_none_or(|s| s.len() >= log.segment_bytes || s.end() != index);
+            if full {
+                let path = segment_path(&log.dir, index);
+                // Appending: after a truncation cuts it, the next write goes to the new end.
+                let file = OpenOptions::new().create(true).append(true).open(&path)?;
+                file.set_len(0)?;
+                log.segments.push(Segment {
+                    first: index,
+                    path,
+                    file: Arc::new(file),
+                    ends: Vec::new(),
+                });
+            }
+            let seg_no = log.segments.len() - 1;
+            let seg = &mut log.segments[seg_no];
+            if parts.last().is_none_or(|p| p.seg_no != seg_no) {
+                parts.push(Part {
+                    seg_no,
+                    base: seg.len(),
+                    bytes: BytesMut::new(),
+                    new_in: full.then(|| log.dir.clone()),
+                });
+            }
+            let part = parts.last_mut().expect("just pushed");
+            frame_with(&mut part.bytes, |out| codec::entry(out, &ent));
+            seg.ends.push(part.base + part.bytes.len() as u64);
+            log.entries.insert(index, ent);
+        }
+        let Some(last) = parts.pop() else {
+            return Ok(Some((done, self.shared.writer.run(Box::new(|| Ok(()))))));
+        };
+        // Only the last part tells: the writer syncs the earlier ones before it fires.
+        for part in parts
+            .into_iter()
+            .map(|p| (p, IOFlushed::noop()))
+            .chain([(last, done)])
+        {
+            let (p, callback) = part;
+            let file = log.segments[p.seg_no].file.clone();
+            self.shared
+                .writer
+                .append(file, p.bytes.freeze(), p.new_in, callback);
+        }
+        Ok(None)
+    }
+
+    /// Queues `op` on the writer and waits for it.
+    async fn run(&self, op: Op) -> io::Result<()> {
+        let done = self.shared.writer.run(op);
+        done.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+/// Reads the meta file; none yet is the empty meta.
+fn read_meta(path: &Path) -> Result<Meta, String> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Meta::default()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    // Replaced by rename, so it is whole or absent: anything but one intact frame is damage.
+    match scan_with(Bytes::from(bytes), false, Meta::decode) {
+        Ok(s) if s.records.len() == 1 && s.torn_at.is_none() => {
+            Ok(s.records.into_iter().next().expect("one record"))
+        }
+        _ => Err(format!(
+            "{}: corrupt Raft meta file (vote, committed and purged ids)",
+            path.display()
+        )),
+    }
+}
+
+impl Log {
+    /// Loads one segment, in order; true when it ends in a torn frame (which is cut off: new
+    /// frames must follow intact ones).
+    fn load_segment(&mut self, first: u64, path: PathBuf) -> Result<bool, String> {
+        let at = |e: io::Error| format!("{}: {e}", path.display());
+        let bytes = Bytes::from(fs::read(&path).map_err(at)?);
+        let scan = scan_with(bytes, false, codec::dec_entry).map_err(|c| {
+            format!(
+                "{}: corrupt Raft log entry at offset {} (damaged after it was written whole, not \
+                 cut short by a crash): refusing to open. Wipe this node and add it back under a \
+                 new id (docs/design.md, \"Cluster mode\")",
+                path.display(),
+                c.offset
+            )
+        })?;
+        let gap = || {
+            format!(
+                "{}: the Raft log has a gap before it (a segment is missing): refusing to open",
+                path.display()
+            )
+        };
+        // Segments follow each other; the first reaches back to the purged entry, if any.
+        let follows = match self.segments.last() {
+            Some(prev) => first == prev.end(),
+            None => self.meta.purged.is_none_or(|p| first <= p.index + 1),
+        };
+        if !follows {
+            return Err(gap());
+        }
+        for (i, ent) in scan.records.iter().enumerate() {
+            if ent.log_id.index != first + i as u64 {
+                return Err(gap());
+            }
+        }
+        let file = OpenOptions::new().append(true).open(&path).map_err(at)?;
+        if let Some(cut) = scan.torn_at {
+            tracing::warn!(file = %path.display(), offset = cut, "dropped a torn final Raft log entry (crash during a write)");
+            truncate_log(&file, cut as u64).map_err(at)?;
+        }
+        let purged = self.meta.purged.map_or(0, |p| p.index + 1);
+        for ent in scan.records {
+            if ent.log_id.index >= purged {
+                self.entries.insert(ent.log_id.index, ent);
+            }
+        }
+        self.segments.push(Segment {
+            first,
+            path,
+            file: Arc::new(file),
+            ends: scan.ends.iter().map(|&e| e as u64).collect(),
+        });
+        Ok(scan.torn_at.is_some())
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        Ok(self
+            .log()
+            .entries
+            .range(range)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.log().meta.vote)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let log = self.log();
+        Ok(LogState {
+            last_purged_log_id: log.meta.purged,
+            last_log_id: log.last_log_id(),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> LogStore {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        let op = {
+            let mut log = self.log();
+            log.meta.vote = Some(*vote);
+            log.save_meta()
+        };
+        self.run(op).await
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        let op = {
+            let mut log = self.log();
+            log.meta.committed = committed;
+            log.save_meta()
+        };
+        self.run(op).await
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.log().meta.committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, done: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let flushed = {
+            let mut log = self.log();
+            self.queue_append(&mut log, entries, done)?
+        };
+        if let Some((done, rx)) = flushed {
+            done.io_completed(rx.await.unwrap_or_else(|_| Err(stopped())));
+        }
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), io::Error> {
+        let op = {
+            let mut log = self.log();
+            let keep = last.map_or(0, |id| id.index + 1);
+            log.entries.split_off(&keep);
+            let mut gone = Vec::new();
+            while log.segments.last().is_some_and(|s| s.first >= keep) {
+                gone.push(log.segments.pop().expect("just checked").path);
+            }
+            let cut = log.segments.last_mut().and_then(|s| {
+                let kept = (keep - s.first) as usize;
+                (kept < s.ends.len()).then(|| {
+                    s.ends.truncate(kept);
+                    (s.file.clone(), s.len())
+                })
+            });
+            let dir = log.dir.clone();
+            // From the end backward, so that a crash midway leaves no gap.
+            Box::new(move || {
+                for path in &gone {
+                    fs::remove_file(path)?;
+                }
+                sync_dir(&dir)?;
+                match cut {
+                    Some((file, len)) => truncate_log(&file, len),
+                    None => Ok(()),
+                }
+            }) as Op
+        };
+        self.run(op).await
+    }
+
+    async fn purge(&mut self, upto: LogId) -> Result<(), io::Error> {
+        let (meta, remove) = {
+            let mut log = self.log();
+            log.meta.purged = Some(upto);
+            log.entries = log.entries.split_off(&(upto.index + 1));
+            let whole = log
+                .segments
+                .iter()
+                .take_while(|s| s.end() <= upto.index + 1)
+                .count();
+            let gone: Vec<PathBuf> = log.segments.drain(..whole).map(|s| s.path).collect();
+            let dir = log.dir.clone();
+            let remove: Op = Box::new(move || {
+                for path in &gone {
+                    fs::remove_file(path)?;
+                }
+                sync_dir(&dir)
+            });
+            (log.save_meta(), remove)
+        };
+        // The purged id first: with the files gone before it, a restart would see a gap.
+        let saved = self.shared.writer.run(meta);
+        let removed = self.shared.writer.run(remove);
+        saved.await.unwrap_or_else(|_| Err(stopped()))?;
+        removed.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}

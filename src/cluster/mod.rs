@@ -1,0 +1,57 @@
+//! Cluster mode (SPEC §10), stage 1 in progress: the storage openraft runs on. Not wired into
+//! the server yet; with no cluster option nothing here runs.
+//!
+//! Every openraft type is named in this module and its files only, so that an alpha upgrade
+//! stays here (`shared/design/replication.md` §2.4):
+//! - `entry.rs`: what one Raft entry carries, a shard's result records of one loop turn;
+//! - `codec.rs`: openraft's entries, log ids, votes and memberships in our binary encoding;
+//! - `log.rs` and `writer.rs`: the Raft log in append-only segments of `persist`'s frames,
+//!   written and fdatasync'd on a thread of its own;
+//! - `state.rs`: the state machine, the shards' replicated state rebuilt by the clock-free
+//!   replay, with snapshots of `persist`'s per-shard encoding.
+
+pub mod codec;
+pub mod entry;
+pub mod log;
+pub mod state;
+mod writer;
+
+use entry::ShardEntry;
+
+/// A voter's addresses, kept in the membership (which lives in the log).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Peer {
+    /// Where peers reach its Raft port.
+    pub raft_addr: String,
+    /// Where clients reach it (the address `MOVED` and `CLUSTER SLOTS` hand out).
+    pub client_addr: String,
+}
+
+openraft::declare_raft_types!(
+    /// permitd's Raft types: node ids are integers (`--cluster-node-id`), an entry's data is a
+    /// shard's records, and applying one answers nothing (the leader already has the reply).
+    pub TypeConfig:
+        D = ShardEntry,
+        R = (),
+        Node = Peer,
+);
+
+/// A Raft log entry.
+pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
+/// A log entry's id (leader and index).
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+/// What an entry carries: nothing (a new leader's first), a shard's records, or a membership.
+pub type Payload = openraft::EntryPayload<ShardEntry, u64, Peer>;
+/// A node's vote.
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+/// A membership and the id of the entry that set it.
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+/// The voters (one set, or two while a change is joint) and every node's addresses.
+pub type Membership = openraft::Membership<u64, Peer>;
+/// What a snapshot holds: the last entry in it and the membership then.
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+/// The id of an entry's leader (its term and node).
+pub type LeaderId = openraft::type_config::alias::CommittedLeaderIdOf<TypeConfig>;
+
+#[cfg(test)]
+mod tests;
