@@ -122,6 +122,16 @@ pub struct Config {
     #[arg(long, env = "PERMITD_CLIENT_OUTPUT_BUFFER_LIMIT", default_value_t = 64 * 1024 * 1024)]
     pub client_output_buffer_limit: usize,
 
+    /// Serve Prometheus metrics (`GET /metrics`) and a health check (`GET /health`) over HTTP
+    /// on this port of the bind address (0 picks a free one and logs it); off when unset.
+    #[arg(long, env = "PERMITD_METRICS_PORT")]
+    pub metrics_port: Option<u16>,
+
+    /// Most semaphores (and namespaces) with series of their own in `/metrics`, the busiest
+    /// first, so that many semaphores cannot flood the scraper.
+    #[arg(long, env = "PERMITD_METRICS_MAX_SEMAPHORES", default_value_t = 1000)]
+    pub metrics_max_semaphores: usize,
+
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing directive).
     #[arg(long, env = "PERMITD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -370,6 +380,11 @@ impl Config {
                 if self.protected_mode { "yes" } else { "no" }.to_string(),
             ),
             ("tls-port", self.tls_port.unwrap_or(0).to_string()),
+            ("metrics-port", self.metrics_port.unwrap_or(0).to_string()),
+            (
+                "metrics-max-semaphores",
+                self.metrics_max_semaphores.to_string(),
+            ),
             ("timeout", self.timeout.to_string()),
             ("tcp-keepalive", self.tcp_keepalive.to_string()),
             (

@@ -124,3 +124,62 @@ async fn without_a_heartbeat_the_lease_expires() {
     );
     assert!(lease.refresh(&mut c).await.is_err());
 }
+
+#[tokio::test]
+async fn with_permits_takes_every_semaphore_or_none_and_releases_them() {
+    let server = Server::start();
+    setup(&mut server.conn(), "team", "db", 2);
+    ok(&mut server.conn(), &["SEM.CREATE", "team", "cache", "1"]);
+    let mut c = conn(&server).await;
+    let lease = Lease::create(&mut c, "team", "worker-1", 30).await.unwrap();
+    let other = Lease::create(&mut c, "team", "worker-2", 30).await.unwrap();
+    let (db, cache) = (
+        Semaphore::new("team", "db"),
+        Semaphore::new("team", "cache"),
+    );
+    let parts = [(&cache, 1), (&db, 2)];
+    let srv = &server;
+    let seen = Semaphore::with_permits(
+        &mut c,
+        &lease,
+        &parts,
+        Duration::from_secs(1),
+        |t| async move {
+            let holds = (
+                active_holds(&mut srv.conn(), "team", "db"),
+                active_holds(&mut srv.conn(), "team", "cache"),
+            );
+            (t, holds)
+        },
+    )
+    .await
+    .unwrap()
+    .expect("acquired");
+    assert_eq!(seen.0.len(), 2);
+    assert!(seen.0[0] < seen.0[1], "tokens in the order asked");
+    assert_eq!(seen.1, (2, 1), "both held during the work");
+    assert_eq!(active_holds(&mut server.conn(), "team", "db"), 0);
+    assert_eq!(active_holds(&mut server.conn(), "team", "cache"), 0);
+
+    // db fits, cache does not: nothing is taken and the work does not run.
+    cache
+        .acquire(&mut c, &lease, 1, Duration::ZERO)
+        .await
+        .unwrap();
+    let a = Semaphore::acquire_all(&mut c, &other, &[(&db, 1), (&cache, 1)], Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(a.outcome, Outcome::Unavailable);
+    assert_eq!(a.fencing_tokens, vec![None, None]);
+    let ran = Semaphore::with_permits(
+        &mut c,
+        &other,
+        &[(&db, 1), (&cache, 1)],
+        Duration::from_millis(200),
+        |_| async { panic!("the work must not run") },
+    )
+    .await
+    .unwrap();
+    assert_eq!(ran, None::<()>);
+    assert_eq!(active_holds(&mut server.conn(), "team", "db"), 0);
+}

@@ -1687,3 +1687,412 @@ fn pagination_under_inserts_and_deletes_never_repeats_or_crashes() {
     expected.push(late.clone());
     assert_eq!(seen, expected);
 }
+
+// ---------------------------------------------------------------------------------------------
+// SEM.ACQUIREALL (SPEC §12)
+// ---------------------------------------------------------------------------------------------
+
+impl Eng {
+    /// `SEM.ACQUIREALL ns lease timeout sem weight ...` over `parts`; the shard's indexes are
+    /// checked after it.
+    fn acquire_all(&mut self, lease: &str, timeout: &str, parts: &[(&str, i64)]) -> Exec {
+        let weights: Vec<String> = parts.iter().map(|(_, w)| w.to_string()).collect();
+        let mut words = vec!["SEM.ACQUIREALL", "ns", lease, timeout];
+        for ((sem, _), w) in parts.iter().zip(&weights) {
+            words.push(sem);
+            words.push(w);
+        }
+        let r = self.run(&words);
+        self.shard.check();
+        r
+    }
+
+    fn waiting_all(&mut self, lease: &str, timeout: &str, parts: &[(&str, i64)]) -> WaiterId {
+        match self.acquire_all(lease, timeout, parts) {
+            Exec::Parked(w) => w,
+            Exec::Reply(r) => panic!("SEM.ACQUIREALL did not park: {r:?}"),
+        }
+    }
+
+    fn release(&mut self, sem: &str, lease: &str) {
+        self.ok(&["SEM.RELEASE", "ns", sem, lease]);
+        self.shard.check();
+    }
+}
+
+/// `(semaphore name, fencing token if any)` of each of a SEM.ACQUIREALL reply's holds.
+fn holds_of(r: &Reply) -> Vec<(String, Option<i64>)> {
+    list(r, "holds")
+        .iter()
+        .map(|h| {
+            let token = has(h, "fencing_token").then(|| int(h, "fencing_token"));
+            (text(field(h, "semaphore"), "name"), token)
+        })
+        .collect()
+}
+
+fn two_sems(a: i64, b: i64) -> Eng {
+    let mut e = Eng::new();
+    e.setup("ns", "a", a);
+    e.setup("ns", "b", b);
+    e
+}
+
+#[test]
+fn acquireall_takes_every_semaphore_or_none() {
+    let mut e = two_sems(2, 1);
+    let x = e.lease("ns", "x", 60);
+    let y = e.lease("ns", "y", 60);
+    let r = reply(e.run(&[
+        "SEM.ACQUIREALL",
+        "ns",
+        &x,
+        "0",
+        "b",
+        "1",
+        "a",
+        "2",
+        "META",
+        "job",
+        "7",
+    ]));
+    assert_eq!(outcome(&r), ACQUIRED);
+    let holds = holds_of(&r);
+    assert_eq!(holds.len(), 2);
+    assert_eq!(
+        (holds[0].0.as_str(), holds[1].0.as_str()),
+        ("b", "a"),
+        "in the order asked"
+    );
+    let (tb, ta) = (holds[0].1.unwrap(), holds[1].1.unwrap());
+    assert!(tb < ta, "tokens given in the order asked");
+    for sem in ["a", "b"] {
+        let h = &e.holders("ns", sem)[0];
+        assert_eq!(text(h, "lease_id"), x);
+        assert_eq!(
+            field(h, "metadata"),
+            &Reply::Map(vec![(Reply::text("job"), Reply::text("7"))])
+        );
+    }
+    // y fits a (after x lets one go) but not b: it gets nothing.
+    e.ok(&["SEM.ACQUIRE", "ns", "a", &x, "1", "0"]);
+    let r = reply(e.acquire_all(&y, "0", &[("a", 1), ("b", 1)]));
+    assert_eq!(outcome(&r), UNAVAILABLE);
+    assert_eq!(holds_of(&r), vec![("a".into(), None), ("b".into(), None)]);
+    assert!(e.hold_list("ns", "a").iter().all(|(l, _)| *l == x));
+    assert_eq!(
+        int(&e.sem("ns", "a"), "last_activity_at"),
+        e.now,
+        "an acquire, held or not"
+    );
+    // A re-acquire of both keeps the tokens and updates the weights.
+    let r = reply(e.acquire_all(&x, "0", &[("a", 2), ("b", 1)]));
+    assert_eq!(
+        holds_of(&r),
+        vec![("a".into(), Some(ta)), ("b".into(), Some(tb))]
+    );
+    assert_eq!(e.hold_list("ns", "a"), vec![(x.clone(), 2)]);
+}
+
+#[test]
+fn acquireall_rejections_name_the_semaphore_and_change_nothing() {
+    // snapshot() reads semaphores s and t.
+    let mut e = Eng::new();
+    e.setup("ns", "s", 2);
+    e.setup("ns", "t", 1);
+    let x = e.lease("ns", "x", 60);
+    e.got("s", &x, 1);
+    let before = snapshot(&mut e);
+    let cases: Vec<(Vec<String>, Error)> = vec![
+        (
+            vec!["s".into(), "1".into(), "t".into(), "2".into()],
+            Error::InvalidArg("weight exceeds semaphore permits of 't'".into()),
+        ),
+        (
+            vec!["s".into(), "2".into(), "zz".into(), "1".into()],
+            Error::NotFound("semaphore 'zz' not found in namespace 'ns'".into()),
+        ),
+        (
+            vec!["s".into(), "1".into(), "s".into(), "1".into()],
+            Error::InvalidArg("semaphore 's' is listed more than once".into()),
+        ),
+        (
+            vec!["s".into(), "0".into()],
+            Error::InvalidArg("weight must be greater than 0".into()),
+        ),
+        (vec!["s".into(), "1".into(), "t".into()], Error::syntax()),
+        (vec!["s".into(), "x".into()], Error::not_integer()),
+        (
+            (0..17)
+                .flat_map(|i| [format!("s{i}"), "1".into()])
+                .collect(),
+            Error::InvalidArg("at most 16 semaphores per SEM.ACQUIREALL".into()),
+        ),
+    ];
+    for (parts, want) in cases {
+        let mut words = vec!["SEM.ACQUIREALL", "ns", &x, "5"];
+        words.extend(parts.iter().map(String::as_str));
+        assert_eq!(e.err(&words), want, "{parts:?}");
+    }
+    assert_eq!(
+        e.err(&["SEM.ACQUIREALL", "ns", "ls_nope", "5", "s", "1"])
+            .code(),
+        "NOTFOUND"
+    );
+    assert_eq!(snapshot(&mut e), before);
+    assert_eq!(e.shard.counts().waiters, 0);
+}
+
+#[test]
+fn acquireall_in_opposite_orders_never_deadlocks() {
+    let mut e = two_sems(1, 1);
+    let h = e.lease("ns", "h", 60);
+    let p = e.lease("ns", "p", 60);
+    let q = e.lease("ns", "q", 60);
+    e.got("a", &h, 1);
+    e.got("b", &h, 1);
+    let wp = e.waiting_all(&p, "30", &[("a", 1), ("b", 1)]);
+    let wq = e.waiting_all(&q, "30", &[("b", 1), ("a", 1)]);
+    e.at(T0 + S);
+    e.release("a", &h);
+    assert!(
+        e.outbox().is_empty(),
+        "p still lacks b, and q is behind p on a"
+    );
+    assert!(
+        e.hold_list("ns", "a").is_empty(),
+        "nobody holds a part while waiting"
+    );
+    e.release("b", &h);
+    let out = e.outbox();
+    assert_eq!(out.len(), 1);
+    let r = only_for(&out, wp);
+    assert_eq!(outcome(r), ACQUIRED);
+    assert_eq!(holds_of(r).iter().filter(|(_, t)| t.is_some()).count(), 2);
+    e.release("b", &p);
+    assert!(e.outbox().is_empty(), "q still lacks a");
+    e.release("a", &p);
+    let out = e.outbox();
+    let r = only_for(&out, wq);
+    assert_eq!(
+        holds_of(r)
+            .iter()
+            .map(|(s, _)| s.as_str())
+            .collect::<Vec<_>>(),
+        ["b", "a"]
+    );
+    assert_eq!(e.hold_list("ns", "a"), vec![(q.clone(), 1)]);
+    assert_eq!(e.hold_list("ns", "b"), vec![(q.clone(), 1)]);
+    assert_eq!(e.shard.counts().waiters, 0);
+}
+
+#[test]
+fn a_multi_waiter_at_the_head_blocks_later_singles_and_is_served_when_the_last_permit_frees() {
+    let mut e = two_sems(2, 1);
+    let ha = e.lease("ns", "ha", 60);
+    let hb = e.lease("ns", "hb", 60);
+    let w = e.lease("ns", "w", 60);
+    let x = e.lease("ns", "x", 60);
+    let y = e.lease("ns", "y", 60);
+    e.got("a", &ha, 1);
+    e.got("b", &hb, 1);
+    let ww = e.waiting_all(&w, "30", &[("a", 2), ("b", 1)]);
+    // One permit of a is free, but w came first: x waits, and does not jump it at timeout 0.
+    assert_eq!(outcome(&reply(e.acquire("a", &x, 1, "0"))), UNAVAILABLE);
+    let wx = e.waiting("a", &x, 1, "30");
+    let wy = e.waiting("b", &y, 1, "30");
+    e.at(T0 + S);
+    e.release("a", &ha);
+    assert!(e.outbox().is_empty(), "w still lacks b and blocks x");
+    assert_eq!(int(&e.sem("ns", "a"), "active_holds"), 0);
+    e.at(T0 + 2 * S);
+    e.release("b", &hb);
+    let out = e.outbox();
+    assert_eq!(out.len(), 1, "w alone, the moment b frees: {out:?}");
+    let r = only_for(&out, ww);
+    assert_eq!(outcome(r), ACQUIRED);
+    for h in list(r, "holds") {
+        assert_eq!(int(field(h, "semaphore"), "last_activity_at"), T0 + 2 * S);
+    }
+    assert_eq!(e.hold_list("ns", "a"), vec![(w.clone(), 2)]);
+    assert_eq!(e.hold_list("ns", "b"), vec![(w.clone(), 1)]);
+    // LEASE.REVOKE releases both; each queue moves on.
+    e.ok(&["LEASE.REVOKE", "ns", &w]);
+    let out = e.outbox();
+    assert_eq!(outcome(only_for(&out, wx)), ACQUIRED);
+    assert_eq!(outcome(only_for(&out, wy)), ACQUIRED);
+}
+
+#[test]
+fn a_multi_waiter_is_served_after_an_earlier_waiter_on_one_of_its_semaphores() {
+    let mut e = two_sems(1, 1);
+    let h = e.lease("ns", "h", 60);
+    let x = e.lease("ns", "x", 60);
+    let w = e.lease("ns", "w", 60);
+    e.got("a", &h, 1);
+    let wx = e.waiting("a", &x, 1, "30");
+    let ww = e.waiting_all(&w, "30", &[("b", 1), ("a", 1)]);
+    // b is free, but w waits for a behind x, and holds nothing of b meanwhile.
+    assert!(e.hold_list("ns", "b").is_empty());
+    e.release("a", &h);
+    let out = e.outbox();
+    assert_eq!(out.len(), 1);
+    assert_eq!(outcome(only_for(&out, wx)), ACQUIRED);
+    e.release("a", &x);
+    let out = e.outbox();
+    assert_eq!(outcome(only_for(&out, ww)), ACQUIRED);
+}
+
+#[test]
+fn acquireall_timeouts_release_nothing_and_the_queues_move_on() {
+    let mut e = two_sems(2, 1);
+    let h = e.lease("ns", "h", 60);
+    let w = e.lease("ns", "w", 60);
+    let y = e.lease("ns", "y", 60);
+    e.got("a", &h, 1);
+    let tw = e.got("a", &w, 1);
+    // w holds 1 of a and asks for 2 of a and 1 of b; a lacks a permit.
+    let ww = e.waiting_all(&w, "5", &[("a", 2), ("b", 1)]);
+    let wy = e.waiting("b", &y, 1, "30");
+    e.at(T0 + 5 * S - 1);
+    assert!(e.outbox().is_empty());
+    e.at(T0 + 5 * S);
+    e.shard.check();
+    let out = e.outbox();
+    let r = only_for(&out, ww);
+    assert_eq!(outcome(r), TIMED_OUT);
+    assert_eq!(holds_of(r), vec![("a".into(), None), ("b".into(), None)]);
+    assert_eq!(
+        outcome(only_for(&out, wy)),
+        ACQUIRED,
+        "b's queue moves on at once"
+    );
+    assert_eq!(
+        e.hold_list("ns", "a"),
+        vec![(h.clone(), 1), (w.clone(), 1)],
+        "w's hold kept"
+    );
+    assert_eq!(int(&e.holders("ns", "a")[1], "fencing_token"), tw);
+    assert_eq!(e.hold_list("ns", "b"), vec![(y.clone(), 1)]);
+    assert_eq!(e.shard.stats().acquire_timed_out, 1);
+}
+
+#[test]
+fn every_end_of_a_parked_acquireall_leaves_all_its_queues() {
+    for how in [
+        "disconnect",
+        "unblock-timeout",
+        "unblock-error",
+        "revoke",
+        "expiry",
+        "sem-delete",
+        "ns-delete",
+        "too-heavy",
+    ] {
+        let mut e = two_sems(2, 1);
+        let h = e.lease("ns", "h", 60);
+        let w = e.lease("ns", "w", 10);
+        let y = e.lease("ns", "y", 60);
+        e.got("a", &h, 2);
+        let ww = e.waiting_all(&w, "30", &[("a", 2), ("b", 1)]);
+        let wy = e.waiting("b", &y, 1, "30");
+        e.at(T0 + S);
+        match how {
+            "disconnect" => assert!(e.shard.cancel(e.now, ww, Cancel::Disconnected)),
+            "unblock-timeout" => assert!(e.shard.cancel(e.now, ww, Cancel::UnblockTimeout)),
+            "unblock-error" => assert!(e.shard.cancel(e.now, ww, Cancel::UnblockError)),
+            "revoke" => assert_eq!(e.ok(&["LEASE.REVOKE", "ns", &w]), Reply::OK),
+            "expiry" => e.at(T0 + 10 * S),
+            "sem-delete" => assert_eq!(e.ok(&["SEM.DELETE", "ns", "a"]), Reply::OK),
+            "ns-delete" => assert_eq!(e.ok(&["NS.DELETE", "ns"]), Reply::OK),
+            _ => {
+                let v = int(&e.sem("ns", "a"), "version").to_string();
+                e.ok(&["SEM.UPDATE", "ns", "a", "2", "VERSION", &v]);
+                e.ok(&["SEM.ACQUIRE", "ns", "a", &h, "1", "0"]);
+                e.ok(&[
+                    "SEM.UPDATE",
+                    "ns",
+                    "a",
+                    "1",
+                    "VERSION",
+                    &(v.parse::<i64>().unwrap() + 1).to_string(),
+                ]);
+            }
+        }
+        e.shard.check();
+        let out = e.outbox();
+        let mine: Vec<&Reply> = out
+            .iter()
+            .filter(|(i, _)| *i == ww)
+            .map(|(_, r)| r)
+            .collect();
+        match how {
+            "disconnect" => assert!(mine.is_empty(), "a gone client gets no reply"),
+            "unblock-timeout" => assert_eq!(outcome(mine[0]), TIMED_OUT),
+            "unblock-error" => assert_eq!(code(mine[0]), "UNBLOCKED"),
+            "too-heavy" => assert_eq!(
+                mine[0],
+                &Reply::Error(Error::InvalidArg(
+                    "weight exceeds semaphore permits of 'a'".into()
+                ))
+            ),
+            _ => assert_eq!(code(mine[0]), "NOTFOUND", "{how}"),
+        }
+        assert_eq!(e.shard.counts().waiters, 0, "{how}");
+        if how != "ns-delete" {
+            assert_eq!(
+                outcome(only_for(&out, wy)),
+                ACQUIRED,
+                "{how}: b's queue moves on"
+            );
+            assert_eq!(e.hold_list("ns", "b"), vec![(y.clone(), 1)], "{how}");
+        }
+        assert!(!e.shard.cancel(e.now, ww, Cancel::UnblockTimeout), "{how}");
+        e.at(T0 + 40 * S);
+        assert!(
+            e.outbox().iter().all(|(i, _)| *i != ww),
+            "{how}: nothing of w fires later"
+        );
+    }
+}
+
+#[test]
+fn a_parked_acquireall_keeps_its_place_in_every_queue_even_where_it_shrinks() {
+    let mut e = two_sems(3, 1);
+    let w = e.lease("ns", "w", 60);
+    let h = e.lease("ns", "h", 60);
+    let x = e.lease("ns", "x", 60);
+    let y = e.lease("ns", "y", 60);
+    e.got("a", &w, 3);
+    e.got("b", &h, 1);
+    let wx = e.waiting("a", &x, 2, "5");
+    // w lowers a to 1 and wants b: it parks (b is taken), keeping its hold of 3 meanwhile.
+    let ww = e.waiting_all(&w, "30", &[("a", 1), ("b", 1)]);
+    assert_eq!(e.hold_list("ns", "a"), vec![(w.clone(), 3)]);
+    let wy = e.waiting("a", &y, 1, "30");
+    // x came first on a: w waits for its turn there too (SPEC §12), even with b free.
+    e.release("b", &h);
+    assert!(e.outbox().is_empty());
+    // x, which waits for the permits w holds, times out; then w is served at once, and the 2
+    // permits its smaller hold lets go of a go to y in the same step.
+    e.at(T0 + 5 * S);
+    e.shard.check();
+    let out = e.outbox();
+    assert_eq!(outcome(only_for(&out, wx)), TIMED_OUT);
+    assert_eq!(outcome(only_for(&out, ww)), ACQUIRED);
+    assert_eq!(outcome(only_for(&out, wy)), ACQUIRED);
+    assert_eq!(e.hold_list("ns", "a"), vec![(w.clone(), 1), (y.clone(), 1)]);
+    assert_eq!(e.hold_list("ns", "b"), vec![(w.clone(), 1)]);
+}
+
+#[test]
+fn acquireall_inside_multi_never_waits() {
+    let mut e = two_sems(1, 1);
+    let h = e.lease("ns", "h", 60);
+    let x = e.lease("ns", "x", 60);
+    e.got("b", &h, 1);
+    let req = e.req(&["SEM.ACQUIREALL", "ns", &x, "30", "a", "1", "b", "1"]);
+    let r = reply(e.shard.execute(e.now, req, None));
+    assert_eq!(outcome(&r), UNAVAILABLE);
+    assert_eq!(e.shard.counts().waiters, 0);
+}

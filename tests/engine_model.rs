@@ -12,6 +12,10 @@
 //!   re-acquire keeps its token;
 //! - `last_activity_at` moves on ACQUIRED (at once or from the queue), UNAVAILABLE, parking and
 //!   an effective SEM.RELEASE; never on rejected commands, time-outs, reads or updates;
+//! - SEM.ACQUIREALL waits in the queue of each semaphore it asks for and is served, all or
+//!   none, once it is the head of each of them and each can grant it; the
+//!   queues it leaves are served in turn, the first name first (the engine's order, so that
+//!   fencing tokens compare exactly);
 //! - queues are strictly FIFO; a non-blocking acquire is UNAVAILABLE while anyone waits; a
 //!   re-acquire that does not grow applies at once and frees permits to the queue;
 //! - SEM.UPDATE ends parked acquires heavier than the new permits (INVALIDARG); a reply carries
@@ -26,8 +30,8 @@ use bytes::Bytes;
 use permitd::engine::page::Page;
 use permitd::engine::request::{
     EngineRequest, LeaseCreate, LeaseList, LeaseRefresh, LeaseRevoke, NsCreate, NsDelete, NsGet,
-    SemAcquire, SemCreate, SemDelete, SemGet, SemHolders, SemList, SemRelease, SemUpdate,
-    SemWaiters,
+    Part, SemAcquire, SemAcquireAll, SemCreate, SemDelete, SemGet, SemHolders, SemList, SemRelease,
+    SemUpdate, SemWaiters,
 };
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};
 use permitd::engine::{Cancel, Counts, Exec, Shard, Stats, WaiterId};
@@ -73,6 +77,14 @@ enum Op {
         sem: usize,
         lease: Pick,
         weight: i64,
+        timeout: i64,
+        may_wait: bool,
+        meta: Option<u8>,
+    },
+    /// SEM.ACQUIREALL over distinct semaphores, in this order.
+    AcquireAll {
+        parts: Vec<(usize, i64)>,
+        lease: Pick,
         timeout: i64,
         may_wait: bool,
         meta: Option<u8>,
@@ -137,15 +149,25 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => 1..4 * S,
     ];
     let weight = prop_oneof![4 => Just(1i64), 2 => Just(2), 2 => 3..=5i64];
+    let parts = (
+        Just(vec![0usize, 1, 2]).prop_shuffle(),
+        1..=3usize,
+        prop::collection::vec(weight.clone(), 3),
+    )
+        .prop_map(|(order, k, w)| order.into_iter().take(k).zip(w).collect::<Vec<_>>());
     prop_oneof![
         6 => (time, any::<bool>()).prop_map(|(d, explicit)| Op::Time { d, explicit }),
         4 => (1..=10i64, 0..2u8).prop_map(|(ttl, process)| Op::LeaseCreate { ttl, process }),
         3 => (pick(), 1..=10i64).prop_map(|(lease, ttl)| Op::LeaseRefresh { lease, ttl }),
         1 => pick().prop_map(|lease| Op::LeaseRevoke { lease }),
-        16 => (0..3usize, pick(), weight, timeout, prop::bool::weighted(0.9),
+        16 => (0..3usize, pick(), weight, timeout.clone(), prop::bool::weighted(0.9),
                prop::option::of(0..3u8))
             .prop_map(|(sem, lease, weight, timeout, may_wait, meta)| Op::Acquire {
                 sem, lease, weight, timeout, may_wait, meta,
+            }),
+        8 => (parts, pick(), timeout, prop::bool::weighted(0.9), prop::option::of(0..3u8))
+            .prop_map(|(parts, lease, timeout, may_wait, meta)| Op::AcquireAll {
+                parts, lease, timeout, may_wait, meta,
             }),
         6 => (0..3usize, pick()).prop_map(|(sem, lease)| Op::Release { sem, lease }),
         4 => (0..3usize, 1..=6i64, prop::bool::weighted(0.15))
@@ -222,6 +244,11 @@ enum Got {
         outcome: String,
         token: Option<i64>,
         sem: SemFields,
+    },
+    /// A SEM.ACQUIREALL result: each semaphore and its token, in the order asked.
+    AcquireAll {
+        outcome: String,
+        holds: Vec<(SemFields, Option<i64>)>,
     },
     Sem(SemFields),
     Lease(LeaseFields),
@@ -375,6 +402,19 @@ fn decode(r: &Reply) -> Got {
             })
         }
         Wire::Simple(s) if s == "OK" => Got::Ok,
+        Wire::Map(_) if v.field("holds").is_some() => Got::AcquireAll {
+            outcome: String::from_utf8(bulk(&v, "outcome").to_vec()).unwrap(),
+            holds: match v.field("holds") {
+                Some(Wire::Array(Some(hs))) => hs
+                    .iter()
+                    .map(|h| {
+                        let token = h.field("fencing_token").map(|_| int(h, "fencing_token"));
+                        (sem_of(h.field("semaphore").unwrap()), token)
+                    })
+                    .collect(),
+                other => panic!("holds: {other:?}"),
+            },
+        },
         Wire::Map(_) if v.field("outcome").is_some() => Got::Acquire {
             outcome: String::from_utf8(bulk(&v, "outcome").to_vec()).unwrap(),
             token: v.field("fencing_token").map(|_| int(&v, "fencing_token")),
@@ -416,10 +456,13 @@ struct MHolder {
 struct MWaiter {
     wid: WaiterId,
     lease: LeaseId,
+    /// The weight on this entry's semaphore.
     weight: i64,
     deadline: i64,
     parked_at: i64,
     meta: Metadata,
+    /// For a SEM.ACQUIREALL, the semaphores it waits on (an entry in each), in the order asked.
+    all: Option<Vec<&'static str>>,
 }
 
 #[derive(Clone, Debug)]
@@ -482,6 +525,9 @@ struct Model {
     outbox: Vec<(WaiterId, Got)>,
     /// Waiters whose client disconnected (never answered).
     silenced: Vec<WaiterId>,
+    /// Queues a change may have unblocked since they were last served: the ones the engine
+    /// serves (so that fencing tokens follow the same order).
+    touched: std::collections::BTreeSet<&'static str>,
     stats: Stats,
     /// How often each interesting situation came up (the generator's coverage).
     hits: BTreeMap<&'static str, u64>,
@@ -503,6 +549,7 @@ impl Model {
             waiter_ids: Vec::new(),
             outbox: Vec::new(),
             silenced: Vec::new(),
+            touched: Default::default(),
             stats: Stats::default(),
             hits: BTreeMap::new(),
         }
@@ -573,27 +620,10 @@ impl Model {
             }
             // 2. Parked acquires whose time is up at t.
             let timeouts = self.stats.acquire_timed_out;
-            let n = self.ns.as_mut().unwrap();
-            for s in &mut n.sems {
-                let (gone, stay): (Vec<MWaiter>, Vec<MWaiter>) =
-                    s.queue.drain(..).partition(|w| w.deadline == t);
-                s.queue = stay;
-                // They leave one at a time, in arrival order: each reply shows the queue
-                // without it and those that left before it.
-                let mut fields = s.fields();
-                fields.waiters += gone.len() as i64;
-                for w in gone {
-                    self.stats.acquire_timed_out += 1;
-                    fields.waiters -= 1;
-                    self.outbox.push((
-                        w.wid,
-                        Got::Acquire {
-                            outcome: "ACQUIRE_OUTCOME_TIMED_OUT".into(),
-                            token: None,
-                            sem: fields.clone(),
-                        },
-                    ));
-                }
+            for wid in self.waiters_where(|w| w.deadline == t) {
+                self.stats.acquire_timed_out += 1;
+                let reply = self.unpark_with(wid, "ACQUIRE_OUTCOME_TIMED_OUT");
+                self.outbox.push((wid, reply));
             }
             if deaths && self.stats.acquire_timed_out > timeouts {
                 self.hit("lease death and time-out at one instant");
@@ -610,15 +640,120 @@ impl Model {
 
     /// Removes a live lease: holds released, its parked acquires end NOTFOUND (no serving).
     fn kill_lease(&mut self, id: LeaseId) {
+        for wid in self.waiters_where(|w| w.lease == id) {
+            self.unpark(wid);
+            self.outbox.push((wid, not_found("lease")));
+        }
         let n = self.ns.as_mut().unwrap();
         n.leases.retain(|l| l.id != id);
         for s in &mut n.sems {
-            s.holders.retain(|h| h.lease != id);
-            for w in s.queue.iter().filter(|w| w.lease == id) {
-                self.outbox.push((w.wid, not_found("lease")));
+            if s.holders.iter().any(|h| h.lease == id) {
+                self.touched.insert(s.name);
             }
-            s.queue.retain(|w| w.lease != id);
+            s.holders.retain(|h| h.lease != id);
         }
+    }
+
+    /// The parked acquires in the queue of semaphore `name` that `keep` accepts, in order.
+    fn waiters_in(&self, name: &str, keep: impl Fn(&MWaiter) -> bool) -> Vec<WaiterId> {
+        let s = self.sem_named(name);
+        s.queue.iter().filter(|w| keep(w)).map(|w| w.wid).collect()
+    }
+
+    /// The parked acquires (each once) with an entry `keep` accepts, by id.
+    fn waiters_where(&self, keep: impl Fn(&MWaiter) -> bool) -> Vec<WaiterId> {
+        let Some(n) = &self.ns else {
+            return vec![];
+        };
+        let mut ids: Vec<WaiterId> = n
+            .sems
+            .iter()
+            .flat_map(|s| s.queue.iter().filter(|w| keep(w)).map(|w| w.wid))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// Takes parked acquire `wid` out of every queue; returns its first entry and the names of
+    /// its queues (in the order asked), or `None` when it is not parked.
+    fn unpark(&mut self, wid: WaiterId) -> Option<(MWaiter, Vec<&'static str>)> {
+        let n = self.ns.as_mut()?;
+        let mut first = None;
+        for s in &mut n.sems {
+            if let Some(i) = s.queue.iter().position(|w| w.wid == wid) {
+                let w = s.queue.remove(i);
+                let sem = s.name;
+                first.get_or_insert((w, sem));
+            }
+        }
+        let (w, sem) = first?;
+        let queues = w.all.clone().unwrap_or_else(|| vec![sem]);
+        self.touched.extend(queues.iter().copied());
+        Some((w, queues))
+    }
+
+    /// [`Model::unpark`], answered with `outcome` (not acquired) and the state of its semaphores.
+    fn unpark_with(&mut self, wid: WaiterId, outcome: &str) -> Got {
+        let (w, queues) = self.unpark(wid).expect("parked");
+        let fields = |q: &str| self.sem_named(q).fields();
+        match w.all {
+            Some(_) => Got::AcquireAll {
+                outcome: outcome.into(),
+                holds: queues.iter().map(|q| (fields(q), None)).collect(),
+            },
+            None => Got::Acquire {
+                outcome: outcome.into(),
+                token: None,
+                sem: fields(queues[0]),
+            },
+        }
+    }
+
+    fn sem_named(&self, name: &str) -> &MSem {
+        let n = self.ns.as_ref().expect("namespace");
+        n.sems.iter().find(|s| s.name == name).expect("semaphore")
+    }
+
+    fn sem_named_mut(&mut self, name: &str) -> &mut MSem {
+        let n = self.ns.as_mut().expect("namespace");
+        n.sems
+            .iter_mut()
+            .find(|s| s.name == name)
+            .expect("semaphore")
+    }
+
+    /// The weight `lease` holds on `s`, if any.
+    fn held(s: &MSem, lease: LeaseId) -> Option<i64> {
+        s.holders
+            .iter()
+            .find(|h| h.lease == lease)
+            .map(|h| h.weight)
+    }
+
+    /// What SEM.ACQUIREALL `wid` may do now: `Err(kind)` when one of its semaphores can never
+    /// grant it, `Ok(true)` when every one can, `Ok(false)` when it must wait.
+    fn verdict(&self, wid: WaiterId, queues: &[&'static str]) -> Result<bool, &'static str> {
+        let mut ready = true;
+        for q in queues {
+            let s = self.sem_named(q);
+            let w = s
+                .queue
+                .iter()
+                .find(|w| w.wid == wid)
+                .expect("an entry in each");
+            let held = Model::held(s, w.lease);
+            if w.weight > s.permits {
+                return Err("weight");
+            }
+            if held.is_none() && s.holders.len() >= self.max_holders {
+                return Err("quota");
+            }
+            let needed = w.weight - held.unwrap_or(0);
+            let head = s.queue[0].wid == wid;
+            ready &= head && s.permits - s.held() >= needed;
+        }
+        Ok(ready)
     }
 
     /// Gives `lease` a hold of `weight` at `t`; returns its fencing token.
@@ -654,52 +789,142 @@ impl Model {
     ///
     /// Only the order within one semaphore is part of the contract. When one instant frees
     /// permits on several semaphores, the model serves them in name order, as the engine does,
-    /// so that fencing tokens (drawn from one per-shard counter) can be compared exactly.
+    /// so that fencing tokens (drawn from one per-shard counter) can be compared exactly: a
+    /// worklist of queue names, the first name first, to which a SEM.ACQUIREALL leaving its
+    /// queues adds them all.
     fn serve_all(&mut self, t: i64) {
-        let Some(n) = self.ns.as_mut() else {
-            return;
-        };
-        let mut order: Vec<usize> = (0..n.sems.len()).collect();
-        order.sort_by_key(|&i| n.sems[i].name);
-        for i in order {
-            let s = &mut n.sems[i];
-            while let Some(head) = s.queue.first().cloned() {
-                let held = s
-                    .holders
-                    .iter()
-                    .find(|h| h.lease == head.lease)
-                    .map(|h| h.weight);
-                if head.weight > s.permits {
-                    s.queue.remove(0);
-                    self.outbox.push((head.wid, fail("INVALIDARG", "weight")));
-                } else if held.is_none() && s.holders.len() >= self.max_holders {
-                    s.queue.remove(0);
-                    self.outbox
-                        .push((head.wid, fail("RESOURCEEXHAUSTED", "quota")));
-                } else if s.permits - s.held() >= head.weight - held.unwrap_or(0) {
-                    s.queue.remove(0);
-                    let token = Model::set_hold(
-                        &mut self.hits,
-                        &mut self.high_water,
-                        s,
-                        head.lease,
-                        head.weight,
-                        head.meta,
-                        t,
-                    );
-                    self.stats.acquire_acquired += 1;
-                    self.outbox.push((
-                        head.wid,
-                        Got::Acquire {
-                            outcome: "ACQUIRE_OUTCOME_ACQUIRED".into(),
-                            token: Some(token),
-                            sem: s.fields(),
-                        },
-                    ));
-                } else {
-                    break;
-                }
+        let mut todo = std::mem::take(&mut self.touched);
+        while let Some(name) = todo.pop_first() {
+            if let Some(queues) = self.serve_queue(name, t) {
+                todo.extend(queues);
             }
+        }
+    }
+
+    /// Serves queue `name` from its head (none when it is gone); stops at a SEM.ACQUIREALL head, returning the queues
+    /// it left when it was served or failed.
+    fn serve_queue(&mut self, name: &'static str, t: i64) -> Option<Vec<&'static str>> {
+        loop {
+            let n = self.ns.as_ref()?;
+            let head = n
+                .sems
+                .iter()
+                .find(|s| s.name == name)?
+                .queue
+                .first()
+                .cloned()?;
+            if let Some(queues) = head.all.clone() {
+                return self.serve_all_head(head.wid, queues, t);
+            }
+            let max_holders = self.max_holders;
+            let n = self.ns.as_mut().unwrap();
+            let s = n.sems.iter_mut().find(|s| s.name == name).unwrap();
+            let held = Model::held(s, head.lease);
+            let too_heavy = head.weight > s.permits;
+            let no_room = held.is_none() && s.holders.len() >= max_holders;
+            if !too_heavy && !no_room && s.permits - s.held() < head.weight - held.unwrap_or(0) {
+                return None;
+            }
+            // Out of the queue first: a grant's reply shows the queue without it.
+            s.queue.remove(0);
+            let reply = if too_heavy {
+                fail("INVALIDARG", "weight")
+            } else if no_room {
+                fail("RESOURCEEXHAUSTED", "quota")
+            } else {
+                let token = Model::set_hold(
+                    &mut self.hits,
+                    &mut self.high_water,
+                    s,
+                    head.lease,
+                    head.weight,
+                    head.meta,
+                    t,
+                );
+                self.stats.acquire_acquired += 1;
+                Got::Acquire {
+                    outcome: "ACQUIRE_OUTCOME_ACQUIRED".into(),
+                    token: Some(token),
+                    sem: s.fields(),
+                }
+            };
+            self.outbox.push((head.wid, reply));
+        }
+    }
+
+    fn serve_all_head(
+        &mut self,
+        wid: WaiterId,
+        queues: Vec<&'static str>,
+        t: i64,
+    ) -> Option<Vec<&'static str>> {
+        let reply = match self.verdict(wid, &queues) {
+            Ok(false) => return None,
+            Err(kind) => {
+                self.unpark(wid);
+                self.touched.clear(); // they are returned, and served in this round
+                let code = if kind == "weight" {
+                    "INVALIDARG"
+                } else {
+                    "RESOURCEEXHAUSTED"
+                };
+                fail(code, kind)
+            }
+            Ok(true) => {
+                let mut entries = Vec::new();
+                for q in &queues {
+                    let s = self.sem_named_mut(q);
+                    let i = s.queue.iter().position(|w| w.wid == wid).unwrap();
+                    entries.push(s.queue.remove(i));
+                }
+                let tokens = self.grant_parts(
+                    &queues,
+                    entries.into_iter().map(|w| (w.lease, w.weight, w.meta)),
+                    t,
+                );
+                self.stats.acquire_acquired += 1;
+                self.all_reply("ACQUIRE_OUTCOME_ACQUIRED", &queues, tokens)
+            }
+        };
+        self.outbox.push((wid, reply));
+        Some(queues)
+    }
+
+    /// Gives each of `queues` its hold (lease, weight, metadata), in order; returns the tokens.
+    fn grant_parts(
+        &mut self,
+        queues: &[&'static str],
+        holds: impl Iterator<Item = (LeaseId, i64, Metadata)>,
+        t: i64,
+    ) -> Vec<i64> {
+        let n = self.ns.as_mut().unwrap();
+        queues
+            .iter()
+            .zip(holds)
+            .map(|(q, (lease, weight, meta))| {
+                let s = n.sems.iter_mut().find(|s| s.name == *q).unwrap();
+                Model::set_hold(
+                    &mut self.hits,
+                    &mut self.high_water,
+                    s,
+                    lease,
+                    weight,
+                    meta,
+                    t,
+                )
+            })
+            .collect()
+    }
+
+    /// A SEM.ACQUIREALL reply over `queues` as they are now, with `tokens` when acquired.
+    fn all_reply(&self, outcome: &str, queues: &[&'static str], tokens: Vec<i64>) -> Got {
+        let mut tokens = tokens.into_iter();
+        Got::AcquireAll {
+            outcome: outcome.into(),
+            holds: queues
+                .iter()
+                .map(|q| (self.sem_named(q).fields(), tokens.next()))
+                .collect(),
         }
     }
 
@@ -735,13 +960,11 @@ impl Model {
                 }
             }
             Op::NsDelete { .. } => {
-                if let Some(n) = self.ns.take() {
-                    for s in &n.sems {
-                        for w in &s.queue {
-                            self.outbox.push((w.wid, not_found("namespace")));
-                        }
-                    }
+                self.touched.clear();
+                for wid in self.waiters_where(|_| true) {
+                    self.outbox.push((wid, not_found("namespace")));
                 }
+                self.ns = None;
                 Got::Ok
             }
             Op::SemCreate { sem, permits } => match self.sem_index(*sem) {
@@ -765,10 +988,13 @@ impl Model {
             },
             Op::SemDelete { sem } => match self.sem_index(*sem) {
                 Ok(i) => {
-                    let s = self.ns.as_mut().unwrap().sems.remove(i);
-                    for w in &s.queue {
-                        self.outbox.push((w.wid, not_found("semaphore")));
+                    let name = SEMS[*sem];
+                    for wid in self.waiters_in(name, |_| true) {
+                        self.unpark(wid);
+                        self.outbox.push((wid, not_found("semaphore")));
                     }
+                    self.ns.as_mut().unwrap().sems.remove(i);
+                    self.serve_all(now);
                     Got::Ok
                 }
                 Err("semaphore") => Got::Ok,
@@ -793,11 +1019,10 @@ impl Model {
                 s.permits = *permits;
                 s.version += 1;
                 s.updated_at = now;
-                let (gone, stay): (Vec<MWaiter>, Vec<MWaiter>) =
-                    s.queue.drain(..).partition(|w| w.weight > *permits);
-                s.queue = stay;
-                for w in gone {
-                    self.outbox.push((w.wid, fail("INVALIDARG", "weight")));
+                self.touched.insert(SEMS[*sem]);
+                for wid in self.waiters_in(SEMS[*sem], |w| w.weight > *permits) {
+                    self.unpark(wid);
+                    self.outbox.push((wid, fail("INVALIDARG", "weight")));
                 }
                 self.serve_all(now);
                 Got::Sem(self.ns.as_ref().unwrap().sems[i].fields())
@@ -864,6 +1089,7 @@ impl Model {
                 if s.holders.iter().any(|h| h.lease == id) {
                     s.holders.retain(|h| h.lease != id);
                     s.last_activity_at = now;
+                    self.touched.insert(SEMS[*sem]);
                     self.serve_all(now);
                 }
                 Got::Sem(self.ns.as_ref().unwrap().sems[i].fields())
@@ -909,6 +1135,9 @@ impl Model {
                     *self.hits.entry("growing re-acquire parks").or_default() += 1;
                 }
                 if grantable {
+                    if needed < 0 {
+                        self.touched.insert(SEMS[*sem]);
+                    }
                     let token = Model::set_hold(
                         &mut self.hits,
                         &mut self.high_water,
@@ -942,20 +1171,113 @@ impl Model {
                     deadline: now + timeout,
                     parked_at: now,
                     meta,
+                    all: None,
                 });
+                Got::Parked
+            }
+            Op::AcquireAll {
+                parts,
+                lease,
+                timeout,
+                may_wait,
+                meta,
+            } => {
+                let id = self.pick_lease(*lease);
+                if self.ns.is_none() {
+                    return not_found("namespace");
+                }
+                for (sem, _) in parts {
+                    if let Err(missing) = self.sem_index(*sem) {
+                        return not_found(missing);
+                    }
+                }
+                if !self.live(id) {
+                    return not_found("lease");
+                }
+                let queues: Vec<&'static str> = parts.iter().map(|(sem, _)| SEMS[*sem]).collect();
+                let mut grantable = true;
+                for (q, (_, weight)) in queues.iter().zip(parts) {
+                    let s = self.sem_named(q);
+                    if *weight > s.permits {
+                        return fail("INVALIDARG", "weight");
+                    }
+                    let held = Model::held(s, id);
+                    if held.is_none() && s.holders.len() >= self.max_holders {
+                        return fail("RESOURCEEXHAUSTED", "quota");
+                    }
+                    let needed = weight - held.unwrap_or(0);
+                    grantable &=
+                        needed <= 0 || (s.queue.is_empty() && s.permits - s.held() >= needed);
+                }
+                let meta = meta_for(*meta);
+                if grantable {
+                    for (q, (_, weight)) in queues.iter().zip(parts) {
+                        if Model::held(self.sem_named(q), id).is_some_and(|h| h > *weight) {
+                            self.touched.insert(q);
+                        }
+                    }
+                    let holds = parts.iter().map(|(_, w)| (id, *w, meta.clone()));
+                    let tokens = self.grant_parts(&queues, holds, now);
+                    self.stats.acquire_acquired += 1;
+                    self.serve_all(now);
+                    return self.all_reply("ACQUIRE_OUTCOME_ACQUIRED", &queues, tokens);
+                }
+                for q in &queues {
+                    self.sem_named_mut(q).last_activity_at = now;
+                }
+                if !*may_wait || *timeout == 0 {
+                    self.stats.acquire_unavailable += 1;
+                    return self.all_reply("ACQUIRE_OUTCOME_UNAVAILABLE", &queues, vec![]);
+                }
+                for (q, (_, weight)) in queues.iter().zip(parts) {
+                    self.sem_named_mut(q).queue.push(MWaiter {
+                        wid: 0,
+                        lease: id,
+                        weight: *weight,
+                        deadline: now + timeout,
+                        parked_at: now,
+                        meta: meta.clone(),
+                        all: Some(queues.clone()),
+                    });
+                }
                 Got::Parked
             }
         }
     }
 
-    /// The waiter just parked by `apply`, to receive the engine's id.
-    fn just_parked(&mut self) -> &mut MWaiter {
+    /// Gives the waiter just parked by `apply` (each of its entries) the engine's id.
+    fn name_parked(&mut self, wid: WaiterId) {
         let n = self.ns.as_mut().unwrap();
-        n.sems
+        let mut entries = n
+            .sems
             .iter_mut()
             .flat_map(|s| s.queue.iter_mut())
-            .find(|w| w.wid == 0)
-            .expect("a waiter was just parked")
+            .filter(|w| w.wid == 0)
+            .peekable();
+        assert!(entries.peek().is_some(), "a waiter was just parked");
+        entries.for_each(|w| w.wid = wid);
+    }
+
+    /// The rule of SPEC §12: no parked acquire could be served now (every semaphore it grows on
+    /// has the permits free and nobody earlier waits there) and is still left waiting.
+    fn none_left_waiting(&self) -> Result<(), String> {
+        let Some(n) = &self.ns else {
+            return Ok(());
+        };
+        for wid in self.waiters_where(|_| true) {
+            let (s, w) = n
+                .sems
+                .iter()
+                .find_map(|s| s.queue.iter().find(|w| w.wid == wid).map(|w| (s, w)))
+                .unwrap();
+            let queues = w.all.clone().unwrap_or_else(|| vec![s.name]);
+            if self.verdict(wid, &queues) == Ok(true) {
+                return Err(format!(
+                    "waiter {wid} on {queues:?} could be served now: {n:?}"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Ends a parked acquire from outside; false when it is not parked.
@@ -963,30 +1285,22 @@ impl Model {
         let Some(n) = self.ns.as_mut() else {
             return false;
         };
-        let Some(s) = n
-            .sems
-            .iter_mut()
-            .find(|s| s.queue.iter().any(|w| w.wid == wid))
-        else {
+        if !n.sems.iter().any(|s| s.queue.iter().any(|w| w.wid == wid)) {
             return false;
-        };
-        s.queue.retain(|w| w.wid != wid);
-        let fields = s.fields();
+        }
         match how {
-            Cancel::Disconnected => self.silenced.push(wid),
+            Cancel::Disconnected => {
+                self.unpark(wid);
+                self.silenced.push(wid);
+            }
             Cancel::UnblockTimeout => {
                 self.stats.clients_unblocked += 1;
                 self.stats.acquire_timed_out += 1;
-                self.outbox.push((
-                    wid,
-                    Got::Acquire {
-                        outcome: "ACQUIRE_OUTCOME_TIMED_OUT".into(),
-                        token: None,
-                        sem: fields,
-                    },
-                ));
+                let reply = self.unpark_with(wid, "ACQUIRE_OUTCOME_TIMED_OUT");
+                self.outbox.push((wid, reply));
             }
             Cancel::UnblockError => {
+                self.unpark(wid);
                 self.stats.clients_unblocked += 1;
                 self.outbox.push((wid, fail("UNBLOCKED", "unblocked")));
             }
@@ -1003,7 +1317,7 @@ impl Model {
                 semaphores: n.sems.len() as u64,
                 leases: n.leases.len() as u64,
                 holders: n.sems.iter().map(|s| s.holders.len() as u64).sum(),
-                waiters: n.sems.iter().map(|s| s.queue.len() as u64).sum(),
+                waiters: self.waiters_where(|_| true).len() as u64,
             },
         }
     }
@@ -1110,6 +1424,31 @@ fn request(op: &Op, m: &Model) -> (EngineRequest, bool) {
                 *may_wait,
             )
         }
+        Op::AcquireAll {
+            parts,
+            lease,
+            timeout,
+            may_wait,
+            meta,
+        } => {
+            let parts = parts
+                .iter()
+                .map(|(i, weight)| Part {
+                    sem: sem(*i),
+                    weight: *weight,
+                })
+                .collect();
+            return (
+                EngineRequest::SemAcquireAll(SemAcquireAll {
+                    ns,
+                    lease: Some(m.pick_lease(*lease)),
+                    timeout: *timeout,
+                    parts,
+                    meta: meta_for(*meta),
+                }),
+                *may_wait,
+            );
+        }
         Op::Time { .. } | Op::Cancel { .. } => unreachable!(),
     };
     (r, true)
@@ -1135,6 +1474,9 @@ fn check_state(shard: &mut Shard, m: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(shard.stats(), m.stats);
     prop_assert_eq!(shard.next_deadline(), m.next_due(), "pending timers");
     shard.check();
+    if let Err(stuck) = m.none_left_waiting() {
+        return Err(TestCaseError::fail(stuck));
+    }
     let Some(n) = &m.ns else {
         prop_assert_eq!(ns_reply, not_found("namespace"));
         return Ok(());
@@ -1317,9 +1659,15 @@ fn check_outbox(
     for (i, sem) in SEMS.iter().enumerate() {
         let grants: Vec<WaiterId> = got
             .iter()
-            .filter(|(_, g)| {
-                matches!(g, Got::Acquire { outcome, sem: f, .. }
-                    if outcome == "ACQUIRE_OUTCOME_ACQUIRED" && f.name == *sem)
+            .filter(|(_, g)| match g {
+                Got::Acquire {
+                    outcome, sem: f, ..
+                } => outcome == "ACQUIRE_OUTCOME_ACQUIRED" && f.name == *sem,
+                Got::AcquireAll { outcome, holds } => {
+                    outcome == "ACQUIRE_OUTCOME_ACQUIRED"
+                        && holds.iter().any(|(f, _)| f.name == *sem)
+                }
+                _ => false,
             })
             .map(|(w, _)| *w)
             .collect();
@@ -1340,9 +1688,23 @@ fn check_outbox(
     want.sort_by_key(|(w, _)| *w);
     prop_assert_eq!(&got, &want, "replies of parked acquires");
     for (_, g) in &got {
+        if let Got::AcquireAll { outcome, holds } = g {
+            let acquired = outcome == "ACQUIRE_OUTCOME_ACQUIRED";
+            prop_assert!(
+                holds.iter().all(|(_, t)| t.is_some() == acquired),
+                "all or none: {:?}",
+                g
+            );
+        }
+    }
+    for (_, g) in &got {
         m.hit(match g {
             Got::Acquire { outcome, .. } if outcome.ends_with("ACQUIRED") => "grant from the queue",
             Got::Acquire { .. } => "parked acquire timed out",
+            Got::AcquireAll { outcome, .. } if outcome.ends_with("ACQUIRED") => {
+                "SEM.ACQUIREALL grant from the queues"
+            }
+            Got::AcquireAll { .. } => "parked SEM.ACQUIREALL timed out",
             Got::Err(f) => match f.kind {
                 "lease" => "waiter ended: its lease died",
                 "semaphore" => "waiter ended: semaphore deleted",
@@ -1424,7 +1786,7 @@ fn run(max_holders: usize, ops: &[Op]) -> Result<(), TestCaseError> {
                     Exec::Parked(w) => {
                         m.hit("parked");
                         prop_assert_eq!(Got::Parked, want, "step {}: {:?}", step, op);
-                        m.just_parked().wid = w;
+                        m.name_parked(w);
                         prop_assert!(!m.waiter_ids.contains(&w), "waiter id reused");
                         m.waiter_ids.push(w);
                     }
@@ -1434,6 +1796,13 @@ fn run(max_holders: usize, ops: &[Op]) -> Result<(), TestCaseError> {
                         match &got {
                             Got::Acquire { outcome, .. } if outcome.ends_with("UNAVAILABLE") => {
                                 m.hit("unavailable")
+                            }
+                            Got::AcquireAll { outcome, .. } => {
+                                m.hit(if outcome.ends_with("ACQUIRED") {
+                                    "SEM.ACQUIREALL acquired at once"
+                                } else {
+                                    "SEM.ACQUIREALL unavailable"
+                                })
                             }
                             Got::Err(f) => m.hit(match f.kind {
                                 "quota" => "error: holder quota at once",
@@ -1534,6 +1903,10 @@ fn engine_matches_reference_model() {
             "growing re-acquire parks",
             "lease death and time-out at one instant",
             "grant during a time jump",
+            "SEM.ACQUIREALL acquired at once",
+            "SEM.ACQUIREALL unavailable",
+            "SEM.ACQUIREALL grant from the queues",
+            "parked SEM.ACQUIREALL timed out",
         ] {
             assert!(hits.contains_key(what), "never reached: {what}");
         }

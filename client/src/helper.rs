@@ -125,6 +125,33 @@ pub struct Acquire {
     pub permits: i64,
 }
 
+/// A `SEM.ACQUIREALL` result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireAll {
+    /// Whether every permit was acquired (all or none), and if not, why.
+    pub outcome: Outcome,
+    /// Each semaphore's fencing token in the order asked, when acquired.
+    pub fencing_tokens: Vec<Option<i64>>,
+}
+
+/// An acquire reply's `outcome`.
+fn outcome_of(reply: &Value) -> RedisResult<Outcome> {
+    match text_field(reply, "outcome")?.as_str() {
+        "ACQUIRE_OUTCOME_ACQUIRED" => Ok(Outcome::Acquired),
+        "ACQUIRE_OUTCOME_UNAVAILABLE" => Ok(Outcome::Unavailable),
+        "ACQUIRE_OUTCOME_TIMED_OUT" => Ok(Outcome::TimedOut),
+        _ => Err(malformed("outcome")),
+    }
+}
+
+/// A reply's `fencing_token`, when it has one.
+fn token_of(reply: &Value) -> Option<i64> {
+    match field(reply, "fencing_token") {
+        Some(Value::Int(n)) => Some(*n),
+        _ => None,
+    }
+}
+
 /// A semaphore of a namespace: only its address; every call asks the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Semaphore {
@@ -159,22 +186,65 @@ impl Semaphore {
             .arg(format!("{:.3}", timeout.as_secs_f64()))
             .query_async(conn)
             .await?;
-        let outcome = match text_field(&reply, "outcome")?.as_str() {
-            "ACQUIRE_OUTCOME_ACQUIRED" => Outcome::Acquired,
-            "ACQUIRE_OUTCOME_UNAVAILABLE" => Outcome::Unavailable,
-            "ACQUIRE_OUTCOME_TIMED_OUT" => Outcome::TimedOut,
-            _ => return Err(malformed("outcome")),
-        };
         let sem = field(&reply, "semaphore").ok_or_else(|| malformed("semaphore"))?;
         Ok(Acquire {
-            outcome,
-            fencing_token: field(&reply, "fencing_token").and_then(|v| match v {
-                Value::Int(n) => Some(*n),
-                _ => None,
-            }),
+            outcome: outcome_of(&reply)?,
+            fencing_token: token_of(&reply),
             active_holds: int_field(sem, "active_holds")?,
             permits: int_field(sem, "permits")?,
         })
+    }
+
+    /// `SEM.ACQUIREALL`: `weight` permits of each of `parts` (semaphores of `lease`'s
+    /// namespace), all or none, waiting server-side up to `timeout` in FIFO order across them.
+    pub async fn acquire_all<C: ConnectionLike>(
+        conn: &mut C,
+        lease: &Lease,
+        parts: &[(&Semaphore, i64)],
+        timeout: Duration,
+    ) -> RedisResult<AcquireAll> {
+        let mut cmd = redis::cmd("SEM.ACQUIREALL");
+        cmd.arg(&lease.namespace)
+            .arg(&lease.id)
+            .arg(format!("{:.3}", timeout.as_secs_f64()));
+        for (sem, weight) in parts {
+            cmd.arg(&sem.name).arg(*weight);
+        }
+        let reply: Value = cmd.query_async(conn).await?;
+        let holds = match field(&reply, "holds") {
+            Some(Value::Array(holds)) => holds,
+            _ => return Err(malformed("holds")),
+        };
+        Ok(AcquireAll {
+            outcome: outcome_of(&reply)?,
+            fencing_tokens: holds.iter().map(token_of).collect(),
+        })
+    }
+
+    /// [`Semaphore::with_permit`] over several semaphores at once (`SEM.ACQUIREALL`): `work`
+    /// gets the fencing tokens in the order of `parts`, and every hold is released after it.
+    pub async fn with_permits<C, F, Fut, T>(
+        conn: &mut C,
+        lease: &Lease,
+        parts: &[(&Semaphore, i64)],
+        timeout: Duration,
+        work: F,
+    ) -> RedisResult<Option<T>>
+    where
+        C: ConnectionLike,
+        F: FnOnce(Vec<i64>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let a = Semaphore::acquire_all(conn, lease, parts, timeout).await?;
+        let tokens: Option<Vec<i64>> = a.fencing_tokens.into_iter().collect();
+        let Some(tokens) = tokens.filter(|_| a.outcome == Outcome::Acquired) else {
+            return Ok(None);
+        };
+        let out = work(tokens).await;
+        for (sem, _) in parts {
+            sem.release(conn, lease).await?;
+        }
+        Ok(Some(out))
     }
 
     /// Releases every permit `lease` holds on this semaphore (`SEM.RELEASE`).

@@ -38,7 +38,7 @@ mod helper;
 pub mod resp;
 
 #[cfg(feature = "redis")]
-pub use helper::{Acquire, Heartbeat, Lease, Outcome, Semaphore};
+pub use helper::{Acquire, AcquireAll, Heartbeat, Lease, Outcome, Semaphore};
 
 /// The time now in the server's unit: nanoseconds since the Unix epoch, the unit of every
 /// `expires_at`, `created_at` and `locked_at` in its replies.

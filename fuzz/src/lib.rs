@@ -29,8 +29,8 @@ use permitd::engine::journal;
 use permitd::engine::page::{Cursor, CursorKind, Page};
 use permitd::engine::request::{
     EngineRequest, LeaseCreate, LeaseGet, LeaseList, LeaseRefresh, LeaseRevoke, NsCreate, NsDelete,
-    NsGet, NsList, NsUpdate, SemAcquire, SemCreate, SemDelete, SemGet, SemHolders, SemList,
-    SemRelease, SemUpdate, SemWaiters,
+    NsGet, NsList, NsUpdate, SemAcquire, SemAcquireAll, SemCreate, SemDelete, SemGet, SemHolders,
+    SemList, SemRelease, SemUpdate, SemWaiters, MAX_ACQUIRE_ALL,
 };
 use permitd::engine::state::Namespace;
 use permitd::engine::types::{LeaseId, Limits, Metadata, Name, NANOS_PER_SEC};
@@ -351,6 +351,28 @@ fn check_engine_request(e: &EngineRequest, argv: &[Bytes], limits: &Limits) {
             assert_eq!(e.may_block(), *timeout > 0);
             check_metadata(meta, limits);
         }
+        E::SemAcquireAll(SemAcquireAll {
+            lease,
+            timeout,
+            parts,
+            meta,
+            ..
+        }) => {
+            check_lease_arg(lease, &argv[2]);
+            assert!(!parts.is_empty() && parts.len() <= MAX_ACQUIRE_ALL);
+            for (i, p) in parts.iter().enumerate() {
+                check_name(&p.sem, limits);
+                assert!(p.weight > 0);
+                assert!(
+                    parts[..i].iter().all(|q| q.sem != p.sem),
+                    "a semaphore twice"
+                );
+            }
+            let max = (limits.max_acquire_timeout * NANOS_PER_SEC as f64).round() as i64;
+            assert!(*timeout >= 0 && *timeout <= max, "timeout {timeout}");
+            assert_eq!(e.may_block(), *timeout > 0);
+            check_metadata(meta, limits);
+        }
         E::SemRelease(SemRelease { sem, lease, .. }) => {
             check_name(sem, limits);
             check_lease_arg(lease, &argv[3]);
@@ -380,7 +402,7 @@ fn check_engine_request(e: &EngineRequest, argv: &[Bytes], limits: &Limits) {
             assert!(*ttl >= secs(limits.min_lease_ttl) && *ttl <= secs(limits.max_lease_ttl));
         }
     }
-    if !matches!(e, E::SemAcquire(SemAcquire { .. })) {
+    if !matches!(e, E::SemAcquire(_) | E::SemAcquireAll(_)) {
         assert!(!e.may_block());
     }
 }

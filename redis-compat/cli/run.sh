@@ -3,7 +3,8 @@
 # against a permitd already listening on 127.0.0.1:PORT.
 #   - one-shot commands, raw and formatted, under RESP2 and RESP3 (-3), errors, -x, -r;
 #   - a script of commands through stdin (`redis-cli < file`), diffed against expected/;
-#   - MULTI/EXEC typed into redis-cli, CROSSSLOT across namespaces;
+#   - MULTI/EXEC typed into redis-cli (SEM.ACQUIRE and SEM.ACQUIREALL never wait there),
+#     CROSSSLOT across namespaces;
 #   - COMMAND DOCS / INFO / GETKEYS for SEM.ACQUIRE (what redis-cli's hints use);
 #   - a parked SEM.ACQUIRE in one redis-cli woken by SEM.RELEASE from another;
 #   - redis-benchmark with custom SEM.* / LEASE.* command lines (plain, -P 16, -3, and three
@@ -205,6 +206,14 @@ SEM.ACQUIRE $NS pool
 NOSUCH.COMMAND x
 SEM.GET $NS missing
 LEASE.GET $NS ls_0000000000000000000000000000
+SEM.CREATE $NS pool2 1
+SEM.ACQUIREALL $NS $L1 0 pool2 1 pool 1 META job both
+SEM.ACQUIREALL $NS $L1 0.1 pool 1 pool2 1
+SEM.ACQUIREALL $NS $L2 0.1 pool2 1 pool 1
+SEM.ACQUIREALL $NS $L2 0 pool 1 pool 1
+SEM.ACQUIREALL $NS $L2 0 pool 9
+SEM.HOLDERS $NS pool2
+SEM.DELETE $NS pool2
 SEM.DELETE $NS pool
 SEM.GET $NS pool
 SCRIPT
@@ -238,6 +247,9 @@ SEM.RELEASE $NS tx $L1
 SEM.GET $NS2 tx
 EXEC
 MULTI
+SEM.ACQUIREALL $NS $L2 10 tx 1
+EXEC
+MULTI
 SEM.ACQUIRE $NS tx
 EXEC
 MULTI
@@ -249,7 +261,7 @@ SCRIPT
     t0=$(date +%s%N)
     cli --no-raw < "$WORK/tx.txt" > "$WORK/tx.out" 2>&1 || { OUT=$(cat "$WORK/tx.out"); return 1; }
     t1=$(date +%s%N)
-    # SEM.ACQUIRE ... 10 inside MULTI answers at once (as timeout 0)
+    # SEM.ACQUIRE ... 10 and SEM.ACQUIREALL ... 10 inside MULTI answer at once (as timeout 0)
     [ $(((t1 - t0) / 1000000)) -lt 5000 ] || no "the transaction waited $(((t1 - t0) / 1000000)) ms" || return 1
     matches_expected transactions.txt < "$WORK/tx.out"
 }

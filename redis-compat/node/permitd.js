@@ -11,6 +11,9 @@
 //   const lease = await Lease.create(redis, 'team', 'worker-1', 30);
 //   const hb = lease.heartbeat({ onLost: (err) => console.error('lease lost', err) });
 //   await withPermit(new Semaphore(redis, 'team', 'db'), lease, 2, 10, async (token) => { ... });
+//   // several at once, all or none (SEM.ACQUIREALL); tokens in the order asked:
+//   const [db, cache] = [new Semaphore(redis, 'team', 'db'), new Semaphore(redis, 'team', 'cache')];
+//   await withPermits([[db, 1], [cache, 2]], lease, 10, async (tokens) => { ... });
 //   await hb.stop(); await lease.revoke();
 //
 // Two ioredis facts shape this helper:
@@ -49,6 +52,19 @@ class NotAcquiredError extends PermitdError {
     this.result = result;
     this.outcome = result.outcome;
     this.semaphore = s;
+  }
+}
+
+/** withPermits did not get its permits (UNAVAILABLE or TIMED_OUT): it holds none of them. */
+class NotAcquiredAllError extends NotAcquiredError {
+  constructor(result, parts, timeout) {
+    const free = result.holds.map((h, i) =>
+      `${h.semaphore.name} ${parts[i][1]} of ${h.semaphore.permits - h.semaphore.active_holds} free`);
+    super({ outcome: result.outcome, semaphore: result.holds[0].semaphore }, parts[0][0], 0, timeout);
+    this.message = `permits not acquired in ${parts[0][0].ns}: ${result.outcome} ` +
+      `(timeout ${timeout} s; ${free.join(', ')})`;
+    this.result = result;
+    this.semaphores = result.holds.map((h) => h.semaphore);
   }
 }
 
@@ -127,6 +143,21 @@ function parseAcquire(reply) {
     semaphore: parseEntity(r.semaphore),
     fencingToken: r.fencing_token === undefined ? null : BigInt(r.fencing_token),
   };
+}
+
+/** SEM.ACQUIREALL's reply: { outcome, acquired, holds: [{ semaphore, fencingToken }], in the
+ * order asked; fencingToken BigInt or null }. */
+function parseAcquireAll(reply) {
+  const r = toObject(reply);
+  const outcome = str(r.outcome);
+  const holds = r.holds.map((h) => {
+    const m = toObject(h);
+    return {
+      semaphore: parseEntity(m.semaphore),
+      fencingToken: m.fencing_token === undefined ? null : BigInt(m.fencing_token),
+    };
+  });
+  return { outcome, acquired: outcome === ACQUIRED, holds };
 }
 
 function metaArgs(meta) {
@@ -273,6 +304,16 @@ class Heartbeat {
   }
 }
 
+function checkCommandTimeout(client, timeout) {
+  const ct = client.options.commandTimeout;
+  if (ct && Number(timeout) > 0 && ct <= Number(timeout) * 1000) {
+    // ioredis would reject the promise while the acquire is still parked on the server; if it
+    // is granted afterwards, the caller would not know it holds the permits.
+    throw new RangeError(`permitd: acquire timeout ${timeout} s is not below the client's ` +
+      `commandTimeout ${ct} ms; use a client whose commandTimeout exceeds the acquire timeout`);
+  }
+}
+
 class Semaphore {
   constructor(client, ns, name) {
     requireStringNumbers(client);
@@ -284,16 +325,25 @@ class Semaphore {
   /** SEM.ACQUIRE: waits server-side up to `timeout` s (0: do not wait). UNAVAILABLE and
    * TIMED_OUT are results (check `.acquired`); server errors reject. */
   async acquire(lease, weight = 1, timeout = 0, meta = undefined) {
-    const ct = this.client.options.commandTimeout;
-    if (ct && Number(timeout) > 0 && ct <= Number(timeout) * 1000) {
-      // ioredis would reject the promise while the acquire is still parked on the server; if it
-      // is granted afterwards, the caller would not know it holds the permits.
-      throw new RangeError(`permitd: acquire timeout ${timeout} s is not below the client's ` +
-        `commandTimeout ${ct} ms; use a client whose commandTimeout exceeds the acquire timeout`);
-    }
+    checkCommandTimeout(this.client, timeout);
     const reply = await this.client.call('SEM.ACQUIRE', this.ns, this.name, leaseId(lease),
       Number(weight), String(timeout), ...metaArgs(meta));
     return parseAcquire(reply);
+  }
+
+  /** SEM.ACQUIREALL over `parts`, [Semaphore, weight] pairs of one client and namespace: every
+   * weight or none, waiting server-side up to `timeout` s, FIFO across the semaphores; META goes
+   * to every hold. UNAVAILABLE and TIMED_OUT are results (check `.acquired`). */
+  static async acquireAll(parts, lease, timeout = 0, meta = undefined) {
+    if (!parts.length) throw new TypeError('permitd: acquireAll needs at least one [semaphore, weight]');
+    const [{ client, ns }] = parts[0];
+    if (parts.some(([sem]) => sem.client !== client || sem.ns !== ns)) {
+      throw new TypeError('permitd: acquireAll: every semaphore must share one client and namespace');
+    }
+    checkCommandTimeout(client, timeout);
+    const args = ['SEM.ACQUIREALL', ns, leaseId(lease), String(timeout)];
+    for (const [sem, weight] of parts) args.push(sem.name, Number(weight));
+    return parseAcquireAll(await client.call(...args, ...metaArgs(meta)));
   }
 
   /** SEM.RELEASE: the semaphore (unchanged if the lease held nothing here). */
@@ -323,18 +373,38 @@ class Semaphore {
 async function withPermit(sem, lease, weight, timeout, fn) {
   const result = await sem.acquire(lease, weight, timeout);
   if (!result.acquired) throw new NotAcquiredError(result, sem, weight, timeout);
+  return runReleasing([sem], lease, () => fn(result.fencingToken));
+}
+
+/**
+ * withPermit over several semaphores at once (SEM.ACQUIREALL, all or none): `parts` is a list
+ * of [Semaphore, weight] of one client and namespace; fn gets the fencing tokens in the order
+ * asked, and every hold is released afterwards. Throws NotAcquiredAllError (fn not run, nothing
+ * held) when the outcome is not ACQUIRED; LeaseLostError as withPermit.
+ */
+async function withPermits(parts, lease, timeout, fn) {
+  const result = await Semaphore.acquireAll(parts, lease, timeout);
+  if (!result.acquired) throw new NotAcquiredAllError(result, parts, timeout);
+  return runReleasing(parts.map(([sem]) => sem), lease, () => fn(result.holds.map((h) => h.fencingToken)));
+}
+
+/** Runs fn, then releases `lease` on each of `sems` (every one, whatever fails). fn's error
+ * wins; else a NOTFOUND release (the hold was lost meanwhile) throws LeaseLostError. */
+async function runReleasing(sems, lease, fn) {
   let value;
   try {
-    value = await fn(result.fencingToken);
+    value = await fn();
   } catch (err) {
-    await sem.release(lease).catch(() => {});
+    await Promise.allSettled(sems.map((sem) => sem.release(lease)));
     throw err;
   }
-  try {
-    await sem.release(lease);
-  } catch (err) {
+  const failed = (await Promise.allSettled(sems.map((sem) => sem.release(lease))))
+    .find((r) => r.status === 'rejected');
+  if (failed) {
+    const err = failed.reason;
     if (isNotFound(err)) {
-      throw new LeaseLostError(`the hold on ${sem.ns}/${sem.name} was lost before release: ${err.message}`, { cause: err });
+      const where = sems.map((sem) => `${sem.ns}/${sem.name}`).join(', ');
+      throw new LeaseLostError(`the hold on ${where} was lost before release: ${err.message}`, { cause: err });
     }
     throw err;
   }
@@ -347,15 +417,18 @@ module.exports = {
   TIMED_OUT,
   PermitdError,
   NotAcquiredError,
+  NotAcquiredAllError,
   LeaseLostError,
   Lease,
   Heartbeat,
   Semaphore,
   withPermit,
+  withPermits,
   toObject,
   parseEntity,
   parsePage,
   parseAcquire,
+  parseAcquireAll,
   isNotFound,
   isReplyError,
 };

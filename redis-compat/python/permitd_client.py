@@ -12,6 +12,9 @@ tokens and the bookkeeping; this module never queues, polls or retries an acquir
     with lease.heartbeat(on_lost=lambda err: print("lease lost:", err)) as hb:
         with Semaphore(r, "team", "db").hold(lease, weight=2, timeout=10) as token:
             ...  # do the work; pass `token` to the storage as a fencing token
+        db, cache = Semaphore(r, "team", "db"), Semaphore(r, "team", "cache")
+        with Semaphore.hold_all(lease, [(db, 1), (cache, 2)], timeout=10) as tokens:
+            ...  # both held (SEM.ACQUIREALL: all or none); tokens in the order asked
     lease.revoke()
 
 Replies are normalised to dicts whatever the protocol (RESP2 flat arrays or RESP3 maps). Field
@@ -43,8 +46,10 @@ __all__ = [
     "TIMED_OUT",
     "PermitdError",
     "NotAcquired",
+    "NotAcquiredAll",
     "LeaseLost",
     "AcquireResult",
+    "AcquireAllResult",
     "Lease",
     "Semaphore",
     "Heartbeat",
@@ -55,6 +60,7 @@ __all__ = [
     "parse_entity",
     "parse_page",
     "parse_acquire",
+    "parse_acquire_all",
     "is_notfound",
 ]
 
@@ -84,6 +90,23 @@ class NotAcquired(PermitdError):
         super().__init__(
             f"permits not acquired on {ns}/{sem}: {result.outcome} "
             f"(weight {weight}, timeout {timeout} s; {holds} of {permits} permits held)"
+        )
+
+
+class NotAcquiredAll(NotAcquired):
+    """`hold_all()` did not get its permits (UNAVAILABLE or TIMED_OUT): it holds none of them."""
+
+    def __init__(self, result: "AcquireAllResult", ns: str, parts: list, timeout: float):
+        self.result = result
+        self.outcome = result.outcome
+        self.semaphores = [h["semaphore"] for h in result.holds]
+        self.semaphore = self.semaphores[0]
+        state = ", ".join(
+            f"{s.get('name')} {w} of {s.get('permits') - s.get('active_holds')} free"
+            for s, (_, w) in zip(self.semaphores, parts)
+        )
+        PermitdError.__init__(
+            self, f"permits not acquired in {ns}: {result.outcome} (timeout {timeout} s; {state})"
         )
 
 
@@ -166,6 +189,35 @@ def parse_acquire(reply: Any) -> AcquireResult:
     )
 
 
+@dataclass
+class AcquireAllResult:
+    """The reply of SEM.ACQUIREALL. Truthy when every permit was acquired."""
+
+    outcome: str
+    holds: list  # [{"semaphore": dict, "fencing_token": int | None}], in the order asked
+    raw: Any = field(default=None, repr=False)
+
+    @property
+    def acquired(self) -> bool:
+        return self.outcome == ACQUIRED
+
+    @property
+    def fencing_tokens(self) -> list:
+        return [h["fencing_token"] for h in self.holds]
+
+    def __bool__(self) -> bool:
+        return self.acquired
+
+
+def parse_acquire_all(reply: Any) -> AcquireAllResult:
+    m = to_map(reply)
+    holds = []
+    for h in m["holds"]:
+        h = to_map(h)
+        holds.append({"semaphore": parse_entity(h["semaphore"]), "fencing_token": h.get("fencing_token")})
+    return AcquireAllResult(outcome=_s(m["outcome"]), holds=holds, raw=reply)
+
+
 # --- shared argument building ----------------------------------------------------------------
 
 
@@ -205,6 +257,38 @@ def _check_timeout(client: Any, timeout: float) -> None:
 
 def _acquire_args(ns, sem, lease, weight, timeout, meta) -> list:
     return ["SEM.ACQUIRE", ns, sem, _lease_id(lease), int(weight), timeout] + _meta_args(meta)
+
+
+def _acquire_all_args(lease, parts, timeout, meta) -> tuple:
+    """(client, ns, args) of SEM.ACQUIREALL over `parts`, (Semaphore, weight) pairs of one
+    client and namespace."""
+    if not parts:
+        raise ValueError("acquire_all needs at least one (semaphore, weight)")
+    client, ns = parts[0][0].client, parts[0][0].ns
+    if any(sem.client is not client or sem.ns != ns for sem, _ in parts):
+        raise ValueError("acquire_all: every semaphore must share one client and namespace")
+    args: list = ["SEM.ACQUIREALL", ns, _lease_id(lease), timeout]
+    for sem, weight in parts:
+        args += [sem.name, int(weight)]
+    return client, ns, args + _meta_args(meta)
+
+
+def _release_error(sems: list, lease, body_failed: bool, release: Callable) -> None:
+    """Releases `lease`'s hold on each of `sems` (all of them, whatever fails) with
+    `release(sem)`; then, unless the body failed, raises what went wrong: LeaseLost when a hold
+    was lost before its release (NOTFOUND), else the server's error."""
+    first: Optional[BaseException] = None
+    for sem in sems:
+        try:
+            release(sem)
+        except ResponseError as err:
+            first = first or err
+    if first is None or body_failed:
+        return
+    if is_notfound(first):
+        where = ", ".join(f"{sem.ns}/{sem.name}" for sem in sems)
+        raise LeaseLost(f"the hold on {where} was lost before release: {first}", first) from first
+    raise first
 
 
 # --- sync ------------------------------------------------------------------------------------
@@ -370,20 +454,42 @@ class Semaphore:
         result = self.acquire(lease, weight, timeout, meta)
         if not result.acquired:
             raise NotAcquired(result, self.ns, self.name, weight, timeout)
-        body_failed = False
-        try:
+        with _releasing([self], lease):
             yield result.fencing_token
-        except BaseException:
-            body_failed = True
-            raise
-        finally:
-            try:
-                self.release(lease)
-            except ResponseError as err:
-                if not body_failed:
-                    if is_notfound(err):
-                        raise LeaseLost(f"the hold on {self.ns}/{self.name} was lost before release: {err}", err) from err
-                    raise
+
+    @staticmethod
+    def acquire_all(lease, parts, timeout: float = 0, meta=None) -> AcquireAllResult:
+        """SEM.ACQUIREALL over `parts`, (Semaphore, weight) pairs of one client and namespace:
+        every weight or none, waiting server-side up to `timeout` s in FIFO order across the
+        semaphores. META goes to every hold. Never raises for UNAVAILABLE / TIMED_OUT."""
+        client, _, args = _acquire_all_args(lease, parts, timeout, meta)
+        _check_timeout(client, timeout)
+        return parse_acquire_all(client.execute_command(*args))
+
+    @staticmethod
+    @contextlib.contextmanager
+    def hold_all(lease, parts, timeout: float = 0, meta=None):
+        """`with Semaphore.hold_all(lease, [(a, 1), (b, 2)], 5) as tokens:` acquires all of them
+        (raising NotAcquiredAll, holding none, if the outcome is not ACQUIRED), yields their
+        fencing tokens in the order asked, and releases every one on exit (LeaseLost as hold())."""
+        result = Semaphore.acquire_all(lease, parts, timeout, meta)
+        if not result.acquired:
+            raise NotAcquiredAll(result, parts[0][0].ns, list(parts), timeout)
+        with _releasing([sem for sem, _ in parts], lease):
+            yield result.fencing_tokens
+
+
+@contextlib.contextmanager
+def _releasing(sems: list, lease):
+    """Runs the body, then releases `lease` on each of `sems` (see _release_error)."""
+    body_failed = False
+    try:
+        yield
+    except BaseException:
+        body_failed = True
+        raise
+    finally:
+        _release_error(sems, lease, body_failed, lambda sem: sem.release(lease))
 
 
 # --- asyncio ---------------------------------------------------------------------------------
@@ -540,17 +646,46 @@ class AsyncSemaphore:
         result = await self.acquire(lease, weight, timeout, meta)
         if not result.acquired:
             raise NotAcquired(result, self.ns, self.name, weight, timeout)
-        body_failed = False
-        try:
+        async with _async_releasing([self], lease):
             yield result.fencing_token
-        except BaseException:
-            body_failed = True
-            raise
-        finally:
+
+    @staticmethod
+    async def acquire_all(lease, parts, timeout: float = 0, meta=None) -> AcquireAllResult:
+        """Semaphore.acquire_all for AsyncSemaphore parts."""
+        client, _, args = _acquire_all_args(lease, parts, timeout, meta)
+        _check_timeout(client, timeout)
+        return parse_acquire_all(await client.execute_command(*args))
+
+    @staticmethod
+    @contextlib.asynccontextmanager
+    async def hold_all(lease, parts, timeout: float = 0, meta=None):
+        """`async with AsyncSemaphore.hold_all(lease, [(a, 1), (b, 2)], 5) as tokens:`."""
+        result = await AsyncSemaphore.acquire_all(lease, parts, timeout, meta)
+        if not result.acquired:
+            raise NotAcquiredAll(result, parts[0][0].ns, list(parts), timeout)
+        async with _async_releasing([sem for sem, _ in parts], lease):
+            yield result.fencing_tokens
+
+
+@contextlib.asynccontextmanager
+async def _async_releasing(sems: list, lease):
+    """_releasing for AsyncSemaphore."""
+    body_failed = False
+    try:
+        yield
+    except BaseException:
+        body_failed = True
+        raise
+    finally:
+        released = {}
+        for sem in sems:
             try:
-                await self.release(lease)
+                await sem.release(lease)
             except ResponseError as err:
-                if not body_failed:
-                    if is_notfound(err):
-                        raise LeaseLost(f"the hold on {self.ns}/{self.name} was lost before release: {err}", err) from err
-                    raise
+                released[sem] = err
+
+        def replay(sem):
+            if sem in released:
+                raise released[sem]
+
+        _release_error(sems, lease, body_failed, replay)

@@ -10,7 +10,7 @@ from redis.exceptions import ResponseError
 
 from conftest import as_map, make_async_client, new_name
 from permitd_client import (ACQUIRED, TIMED_OUT, AsyncLease, AsyncSemaphore, LeaseLost,
-                            NotAcquired)
+                            NotAcquired, NotAcquiredAll)
 
 
 @pytest_asyncio.fixture
@@ -126,6 +126,35 @@ async def test_async_hold_and_not_acquired(ar, ans):
         async with sem.hold(lease, 1):
             raise RuntimeError("body failed")
     assert (await sem.get())["active_holds"] == 0
+
+
+@pytest.mark.asyncio
+async def test_async_hold_all_waits_for_the_last_semaphore_and_releases_all(ar, ans):
+    await ar.execute_command("SEM.CREATE", ans, "a", 1)
+    await ar.execute_command("SEM.CREATE", ans, "b", 1)
+    a, b = AsyncSemaphore(ar, ans, "a"), AsyncSemaphore(ar, ans, "b")
+    holder = await AsyncLease.create(ar, ans, "h", 30)
+    lease = await AsyncLease.create(ar, ans, "w", 30)
+    await b.acquire(holder, 1)
+    with pytest.raises(NotAcquiredAll) as exc:
+        async with AsyncSemaphore.hold_all(lease, [(a, 1), (b, 1)]):
+            pytest.fail("body must not run")
+    assert exc.value.outcome == "ACQUIRE_OUTCOME_UNAVAILABLE"
+    assert (await a.get())["active_holds"] == 0
+
+    async def release_later():
+        await asyncio.sleep(0.3)
+        await b.release(holder)
+
+    task = asyncio.get_running_loop().create_task(release_later())
+    async with AsyncSemaphore.hold_all(lease, [(a, 1), (b, 1)], timeout=10) as tokens:
+        assert len(tokens) == 2 and all(isinstance(t, int) for t in tokens)
+        assert (await b.holders())["holders"][0]["lease_id"] == lease.id
+    await task
+    assert (await a.get())["active_holds"] == 0 and (await b.get())["active_holds"] == 0
+    with pytest.raises(LeaseLost):
+        async with AsyncSemaphore.hold_all(lease, [(a, 1), (b, 1)]):
+            await lease.revoke()
 
 
 @pytest.mark.asyncio

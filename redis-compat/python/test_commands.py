@@ -225,6 +225,11 @@ def test_non_transaction_pipeline_keeps_order(r, ns):
 
 def _parked(r, ns, sem, lid, weight, timeout, client=None):
     """Start SEM.ACQUIRE on its own connection in a thread; returns (thread, box, client id)."""
+    return _parked_command(["SEM.ACQUIRE", ns, sem, lid, weight, timeout], timeout, client)
+
+
+def _parked_command(args, timeout, client=None):
+    """Start a blocking acquire (`args`) on its own connection in a thread, as _parked does."""
     c = client or make_client(2, socket_timeout=timeout + 10, single_connection_client=True)
     cid = c.client_id()
     box = {}
@@ -232,7 +237,7 @@ def _parked(r, ns, sem, lid, weight, timeout, client=None):
     def run():
         t0 = time.monotonic()
         try:
-            box["reply"] = as_map(c.execute_command("SEM.ACQUIRE", ns, sem, lid, weight, timeout))
+            box["reply"] = as_map(c.execute_command(*args))
         except Exception as e:  # noqa: BLE001 - reported to the test
             box["error"] = e
         box["elapsed"] = time.monotonic() - t0
@@ -244,12 +249,12 @@ def _parked(r, ns, sem, lid, weight, timeout, client=None):
     return t, box, cid
 
 
-def _is_blocked(r, cid):
+def _is_blocked(r, cid, cmd="sem.acquire"):
     """CLIENT LIST shows a parked client with flags=b and cmd=sem.acquire, as Redis does."""
     for line in r.execute_command("CLIENT", "LIST").splitlines():
         fields = dict(kv.split("=", 1) for kv in line.split(" ") if "=" in kv)
         if fields.get("id") == str(cid):
-            return "b" in fields.get("flags", "") and fields.get("cmd") == "sem.acquire"
+            return "b" in fields.get("flags", "") and fields.get("cmd") == cmd
     return False
 
 
@@ -286,6 +291,34 @@ def test_parked_acquire_released_from_another_thread(r, ns):
     assert time.monotonic() - released_at < 3.0  # the waiter's timeout is 10 s
     assert 0.2 <= box["elapsed"] < 8
     assert as_map(r.execute_command("SEM.GET", ns, "s"))["active_holds"] == 1
+
+
+def test_parked_acquireall_is_woken_by_a_release_on_the_last_missing_semaphore(r, ns):
+    r.execute_command("SEM.CREATE", ns, "a", 1)
+    r.execute_command("SEM.CREATE", ns, "b", 2)
+    h, w = lease(r, ns, "holder"), lease(r, ns, "waiter")
+    r.execute_command("SEM.ACQUIRE", ns, "a", h, 1, 0)
+    r.execute_command("SEM.ACQUIRE", ns, "b", h, 2, 0)
+    t, box, cid = _parked_command(["SEM.ACQUIREALL", ns, w, 10, "a", 1, "b", 2, "META", "job", "j1"], 10)
+    assert _wait_for(lambda: _is_blocked(r, cid, "sem.acquireall"))
+    r.execute_command("SEM.RELEASE", ns, "a", h)
+    time.sleep(0.3)
+    assert t.is_alive(), box  # b is still taken: nothing yet, and a is not held meanwhile
+    assert as_map(r.execute_command("SEM.GET", ns, "a"))["active_holds"] == 0
+    released_at = time.monotonic()
+    r.execute_command("SEM.RELEASE", ns, "b", h)
+    t.join(10)
+    assert not t.is_alive() and "error" not in box, box
+    assert box["reply"]["outcome"] == "ACQUIRE_OUTCOME_ACQUIRED"
+    holds = [as_map(x) for x in box["reply"]["holds"]]
+    assert [as_map(x["semaphore"])["name"] for x in holds] == ["a", "b"]
+    assert all(isinstance(x["fencing_token"], int) for x in holds)
+    # woken by the release, not by polling or the timeout (SEM.ACQUIRE's bound)
+    assert time.monotonic() - released_at < 3.0
+    for sem, weight in (("a", 1), ("b", 2)):
+        holder = as_map(as_map(r.execute_command("SEM.HOLDERS", ns, sem))["holders"][0])
+        assert holder["lease_id"] == w and holder["weight"] == weight
+        assert as_map(holder["metadata"]) == {"job": "j1"}
 
 
 def test_parked_waiters_are_served_fifo(r, ns):

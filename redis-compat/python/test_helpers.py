@@ -8,7 +8,7 @@ from redis.exceptions import ResponseError
 
 from conftest import make_client
 from permitd_client import (ACQUIRED, TIMED_OUT, UNAVAILABLE, Lease, LeaseLost, NotAcquired,
-                            Semaphore, parse_acquire)
+                            NotAcquiredAll, Semaphore, parse_acquire)
 
 
 @pytest.fixture
@@ -95,6 +95,42 @@ def test_hold_context_manager(r, ns, sem):
     with sem.hold(lease, 1) as t2:
         pass
     assert t2 > t1 > token
+
+
+def test_hold_all_takes_every_semaphore_or_none_and_releases_them(r, ns, sem):
+    r.execute_command("SEM.CREATE", ns, "other", 1)
+    other = Semaphore(r, ns, "other")
+    a = Lease.create(r, ns, "a", 30)
+    b = Lease.create(r, ns, "b", 30)
+    with Semaphore.hold_all(a, [(other, 1), (sem, 2)], timeout=1, meta={"job": "7"}) as tokens:
+        assert len(tokens) == 2 and all(isinstance(t, int) for t in tokens)
+        assert other.holders()["holders"][0]["fencing_token"] == tokens[0]
+        assert sem.holders()["holders"][0]["metadata"] == {"job": "7"}
+        # b fits pool but not other: it gets neither
+        with pytest.raises(NotAcquiredAll) as exc:
+            with Semaphore.hold_all(b, [(sem, 1), (other, 1)], timeout=0.2):
+                pytest.fail("the body must not run")
+        assert isinstance(exc.value, NotAcquired) and exc.value.outcome == TIMED_OUT
+        assert [s["name"] for s in exc.value.semaphores] == ["pool", "other"]
+        assert sem.get()["active_holds"] == 2
+    assert sem.get()["active_holds"] == 0 and other.get()["active_holds"] == 0
+    # released when the body raises, and the body's exception comes through
+    with pytest.raises(KeyError):
+        with Semaphore.hold_all(b, [(sem, 3), (other, 1)]):
+            raise KeyError("boom")
+    assert sem.get()["active_holds"] == 0 and other.get()["active_holds"] == 0
+    res = Semaphore.acquire_all(a, [(sem, 1)])
+    assert res.acquired and res.holds[0]["semaphore"]["name"] == "pool"
+    with pytest.raises(ValueError, match="one client and namespace"):
+        Semaphore.acquire_all(a, [(sem, 1), (Semaphore(make_client(2), ns, "other"), 1)])
+
+
+def test_hold_all_reports_a_lease_lost_during_the_body(r, ns, sem):
+    r.execute_command("SEM.CREATE", ns, "other", 1)
+    lease = Lease.create(r, ns, "w", 30)
+    with pytest.raises(LeaseLost, match="lost before release"):
+        with Semaphore.hold_all(lease, [(sem, 1), (Semaphore(r, ns, "other"), 1)]):
+            r.execute_command("LEASE.REVOKE", ns, lease.id)
 
 
 def test_hold_raises_not_acquired(r, ns, sem):

@@ -117,6 +117,52 @@ pub(super) fn sem_acquire(a: &[Bytes], limits: &Limits) -> Result<E, Error> {
     }))
 }
 
+/// `SEM.ACQUIREALL ns lease timeout sem weight [sem weight ...] [META k v ...]`. The pairs run
+/// up to the word `META` in a semaphore's place: a semaphore named so is acquired with
+/// SEM.ACQUIRE.
+pub(super) fn sem_acquire_all(a: &[Bytes], limits: &Limits) -> Result<E, Error> {
+    let rest = &a[4..];
+    let meta_at = (0..rest.len())
+        .step_by(2)
+        .find(|&i| rest[i].eq_ignore_ascii_case(b"META"))
+        .unwrap_or(rest.len());
+    let (pairs, opts) = rest.split_at(meta_at);
+    let o = Options::parse(opts, &[Opt::Meta])?;
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
+        return Err(Error::syntax());
+    }
+    let weights = pairs
+        .chunks(2)
+        .map(|p| args::int(&p[1]))
+        .collect::<Result<Vec<i64>, Error>>()?;
+    let timeout = args::timeout(&a[3], limits)?;
+    let ns = ns(a, limits)?;
+    let mut parts: Vec<r::Part> = Vec::with_capacity(weights.len());
+    for (p, weight) in pairs.chunks(2).zip(weights) {
+        let sem = args::name(&p[0], "semaphore", limits)?;
+        let weight = args::positive(weight, "weight")?;
+        if parts.iter().any(|q| q.sem == sem) {
+            return Err(Error::InvalidArg(format!(
+                "semaphore '{sem}' is listed more than once"
+            )));
+        }
+        parts.push(r::Part { sem, weight });
+    }
+    if parts.len() > r::MAX_ACQUIRE_ALL {
+        return Err(Error::InvalidArg(format!(
+            "at most {} semaphores per SEM.ACQUIREALL",
+            r::MAX_ACQUIRE_ALL
+        )));
+    }
+    Ok(E::SemAcquireAll(r::SemAcquireAll {
+        ns,
+        lease: LeaseId::parse(&a[2]),
+        timeout,
+        parts,
+        meta: o.meta(limits)?,
+    }))
+}
+
 pub(super) fn sem_release(a: &[Bytes], limits: &Limits) -> Result<E, Error> {
     Ok(E::SemRelease(r::SemRelease {
         ns: ns(a, limits)?,
@@ -187,4 +233,76 @@ pub(super) fn lease_revoke(a: &[Bytes], limits: &Limits) -> Result<E, Error> {
         ns: ns(a, limits)?,
         lease: LeaseId::parse(&a[2]),
     }))
+}
+
+/// The command an engine request was parsed from (its table name), under which its statistics
+/// are counted where it runs.
+pub fn name_of(r: &E) -> &'static str {
+    match r {
+        E::NsCreate(_) => "ns.create",
+        E::NsGet(_) => "ns.get",
+        E::NsList(_) => "ns.list",
+        E::NsUpdate(_) => "ns.update",
+        E::NsDelete(_) => "ns.delete",
+        E::SemCreate(_) => "sem.create",
+        E::SemGet(_) => "sem.get",
+        E::SemList(_) => "sem.list",
+        E::SemUpdate(_) => "sem.update",
+        E::SemDelete(_) => "sem.delete",
+        E::SemAcquire(_) => "sem.acquire",
+        E::SemAcquireAll(_) => "sem.acquireall",
+        E::SemRelease(_) => "sem.release",
+        E::SemHolders(_) => "sem.holders",
+        E::SemWaiters(_) => "sem.waiters",
+        E::LeaseCreate(_) => "lease.create",
+        E::LeaseGet(_) => "lease.get",
+        E::LeaseList(_) => "lease.list",
+        E::LeaseRefresh(_) => "lease.refresh",
+        E::LeaseRevoke(_) => "lease.revoke",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{parse, resolve, Request};
+
+    #[test]
+    fn each_request_is_named_as_the_command_it_came_from() {
+        let lease = "ls_0123456789abcdefghijklmnopqr";
+        let lines = [
+            "NS.CREATE a".to_string(),
+            "NS.GET a".into(),
+            "NS.LIST".into(),
+            "NS.UPDATE a VERSION 1".into(),
+            "NS.DELETE a".into(),
+            "SEM.CREATE a s 1".into(),
+            "SEM.GET a s".into(),
+            "SEM.LIST a".into(),
+            "SEM.UPDATE a s 1 VERSION 1".into(),
+            "SEM.DELETE a s".into(),
+            format!("SEM.ACQUIRE a s {lease} 1 0"),
+            format!("SEM.ACQUIREALL a {lease} 0 s 1"),
+            format!("SEM.RELEASE a s {lease}"),
+            "SEM.HOLDERS a s".into(),
+            "SEM.WAITERS a s".into(),
+            "LEASE.CREATE a p 10".into(),
+            format!("LEASE.GET a {lease}"),
+            "LEASE.LIST a".into(),
+            format!("LEASE.REFRESH a {lease} 10"),
+            format!("LEASE.REVOKE a {lease}"),
+        ];
+        let limits = Limits::default();
+        for line in lines {
+            let argv: Vec<Bytes> = line
+                .split(' ')
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect();
+            let spec = resolve(&argv).unwrap();
+            let Ok(Request::Engine(r)) = parse(spec, &argv, &limits) else {
+                panic!("{line} is not an engine request");
+            };
+            assert_eq!(name_of(&r), spec.name, "{line}");
+        }
+    }
 }

@@ -11,6 +11,7 @@ pub mod table;
 
 use bytes::Bytes;
 
+pub use engine::name_of as engine_command_name;
 pub use request::{
     ClientListing, ClientType, KillFilter, ListFilter, Request, SessionRequest, Txn,
 };
@@ -56,6 +57,16 @@ pub fn resolve(argv: &[Bytes]) -> Result<&'static CommandSpec, Error> {
     Ok(sub)
 }
 
+/// The command or subcommand the words name, whatever their count: what an arity error is
+/// counted against (INFO commandstats' `rejected_calls`).
+pub fn known(argv: &[Bytes]) -> Option<&'static CommandSpec> {
+    let spec = table::lookup(&argv[0])?;
+    if spec.subcommands.is_empty() {
+        return Some(spec);
+    }
+    argv.get(1).and_then(|w| spec.subcommand(w))
+}
+
 /// Parses and validates a resolved command into a typed request. One arm per command: a command
 /// added to the table without its parser does not compile.
 pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Request, Error> {
@@ -78,6 +89,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::SemUpdate => engine(engine::sem_update),
         C::SemDelete => engine(engine::sem_delete),
         C::SemAcquire => engine(engine::sem_acquire),
+        C::SemAcquireAll => engine(engine::sem_acquire_all),
         C::SemRelease => engine(engine::sem_release),
         C::SemHolders => engine(engine::sem_holders),
         C::SemWaiters => engine(engine::sem_waiters),

@@ -21,6 +21,7 @@ pub enum Cmd {
     SemUpdate,
     SemDelete,
     SemAcquire,
+    SemAcquireAll,
     SemRelease,
     SemHolders,
     SemWaiters,
@@ -949,6 +950,32 @@ pub static COMMANDS: &[CommandSpec] = &[
             LEASE,
             arg("weight", ArgType::Integer),
             arg("timeout", ArgType::Double),
+            META,
+        ],
+        ..ENGINE_WRITE
+    },
+    CommandSpec {
+        name: "sem.acquireall",
+        cmd: Cmd::SemAcquireAll,
+        arity: -6,
+        flags: Flags::of(&[Flag::Write, Flag::DenyOom, Flag::Blocking]),
+        acl: AclCats::of(&[AclCat::Write, AclCat::Semaphore, AclCat::Blocking]),
+        summary:
+            "Acquires permits of several semaphores under a lease, all or none, waiting up to \
+                  timeout seconds (FIFO by arrival across them).",
+        complexity: "O(S log N + K), S the semaphores, K the parked acquires it lets in",
+        args: &[
+            NS,
+            LEASE,
+            arg("timeout", ArgType::Double),
+            block(
+                "hold",
+                &[
+                    arg("semaphore", ArgType::String),
+                    arg("weight", ArgType::Integer),
+                ],
+            )
+            .multiple(),
             META,
         ],
         ..ENGINE_WRITE

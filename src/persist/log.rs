@@ -2,7 +2,10 @@
 //! corruption (an error, unless repairing).
 //!
 //! A frame is `[0xA7][len u32][crc32c u32][payload]`, the checksum covering the length bytes and
-//! the payload; a shard log's payload is `[lsn u64][record]`. The framing and the scan take any
+//! the payload; a shard log's payload is `[lsn u64][record]...`: the records of one change of
+//! the shard (all that one turn of its thread journaled), so that a crash keeps all of them or
+//! none (the records of a SEM.ACQUIREALL's grant, of a transaction). A log written when a frame
+//! held one record reads the same. The framing and the scan take any
 //! payload ([`frame_with`], [`scan_with`]): the cluster's Raft log (`cluster/log.rs`) frames its
 //! entries the same way.
 
@@ -14,11 +17,14 @@ use crate::engine::journal::Record;
 const MAGIC: u8 = 0xA7;
 const HEADER: usize = 9;
 
-/// Appends one framed record to `out`.
-pub fn frame(lsn: u64, rec: &Record, out: &mut BytesMut) {
+/// Appends one frame of `recs` (one change, at least one record) to `out`.
+pub fn frame(lsn: u64, recs: &[Record], out: &mut BytesMut) {
+    debug_assert!(!recs.is_empty());
     frame_with(out, |out| {
         Enc(out).u64(lsn);
-        encode_record(rec, out);
+        for rec in recs {
+            encode_record(rec, out);
+        }
     });
 }
 
@@ -56,9 +62,14 @@ pub fn decode_frame<T>(
     }
 }
 
-/// A shard log's payload: its lsn and record.
-fn lsn_record(d: &mut Dec) -> Result<(u64, Record), DecodeError> {
-    Ok((d.u64()?, decode_record(d)?))
+/// A shard log's payload: its lsn and records (at least one).
+fn lsn_records(d: &mut Dec) -> Result<(u64, Vec<Record>), DecodeError> {
+    let lsn = d.u64()?;
+    let mut recs = vec![decode_record(d)?];
+    while !d.is_empty() {
+        recs.push(decode_record(d)?);
+    }
+    Ok((lsn, recs))
 }
 
 /// Parses the frame at `pos`: its payload decoded and its end offset, or `None` when it is not
@@ -90,8 +101,8 @@ fn parse_at<T>(
 
 /// What a log scan found.
 #[derive(Debug)]
-pub struct Scan<T = (u64, Record)> {
-    /// Intact records, in order.
+pub struct Scan<T = (u64, Vec<Record>)> {
+    /// Intact frames' payloads, in order.
     pub records: Vec<T>,
     /// Where each record's frame ends (the offset the next one starts at).
     pub ends: Vec<usize>,
@@ -150,7 +161,7 @@ fn torn_at(buf: &[u8], pos: usize) -> bool {
 /// is corruption: an error, or with `repair` the log is cut there (everything from the bad
 /// record on is dropped).
 pub fn scan(buf: Bytes, repair: bool) -> Result<Scan, Corrupt> {
-    scan_with(buf, repair, lsn_record)
+    scan_with(buf, repair, lsn_records)
 }
 
 /// [`scan`] of frames whose payloads `decode` reads.
@@ -204,9 +215,26 @@ mod tests {
     fn log_of(n: u8) -> BytesMut {
         let mut out = BytesMut::new();
         for i in 0..n {
-            frame(i as u64 + 1, &rec(i), &mut out);
+            frame(i as u64 + 1, &[rec(i)], &mut out);
         }
         out
+    }
+
+    /// The records of one change are one frame: a crash that cuts its write short anywhere
+    /// drops every one of them, never the second half alone (a SEM.ACQUIREALL's grant writes a
+    /// hold per semaphore).
+    #[test]
+    fn a_change_of_several_records_is_kept_whole_or_dropped_whole() {
+        let mut out = log_of(1);
+        let first = out.len();
+        frame(2, &[rec(1), rec(2), rec(3)], &mut out);
+        let s = scan(out.clone().freeze(), false).unwrap();
+        assert_eq!(s.records[1], (2, vec![rec(1), rec(2), rec(3)]));
+        for cut in first + 1..out.len() {
+            let s = scan(out.clone().freeze().slice(..cut), false).unwrap();
+            assert_eq!(s.records, vec![(1, vec![rec(0)])], "cut at {cut}");
+            assert_eq!(s.torn_at, Some(first), "cut at {cut}");
+        }
     }
 
     #[test]
@@ -219,7 +247,7 @@ mod tests {
     fn all_records_read_back() {
         let s = scan(log_of(5).freeze(), false).unwrap();
         assert_eq!(s.records.len(), 5);
-        assert_eq!(s.records[4], (5, rec(4)));
+        assert_eq!(s.records[4], (5, vec![rec(4)]));
     }
 
     #[test]
@@ -251,7 +279,7 @@ mod tests {
     fn log_with_last_at(at: usize) -> (BytesMut, usize) {
         let mut out = BytesMut::new();
         while out.len() < at {
-            frame(out.len() as u64 + 1, &rec(0), &mut out);
+            frame(out.len() as u64 + 1, &[rec(0)], &mut out);
         }
         let start = out.len();
         let big = Record::NsPut {
@@ -262,7 +290,7 @@ mod tests {
             created_at: 1,
             updated_at: 1,
         };
-        frame(99, &big, &mut out);
+        frame(99, &[big], &mut out);
         (out, start)
     }
 

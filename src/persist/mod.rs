@@ -189,13 +189,15 @@ fn load_shard(
         lsn: snap.lsn,
         log_end,
     };
-    for (lsn, rec) in scan.records {
+    for (lsn, recs) in scan.records {
         files.lsn = files.lsn.max(lsn);
         if lsn <= snap.lsn {
             continue;
         }
-        apply(into, hwm, rec).map_err(|e| format!("{}: lsn {lsn}: {}", lp.display(), e.0))?;
-        files.replayed += 1;
+        for rec in recs {
+            apply(into, hwm, rec).map_err(|e| format!("{}: lsn {lsn}: {}", lp.display(), e.0))?;
+            files.replayed += 1;
+        }
     }
     Ok(files)
 }
@@ -529,11 +531,12 @@ impl Store {
         })
     }
 
-    /// Frames records into the pending batch; returns the LSN of the last one.
+    /// Frames the records of one change into the pending batch, as one frame under one new LSN
+    /// (a crash keeps all of them or none); returns the LSN of the last change.
     pub fn append(&mut self, records: Vec<Record>) -> u64 {
-        for r in &records {
+        if !records.is_empty() {
             self.last_lsn += 1;
-            log::frame(self.last_lsn, r, &mut self.pending);
+            log::frame(self.last_lsn, &records, &mut self.pending);
         }
         self.last_lsn
     }

@@ -493,6 +493,48 @@ fn resuming_grants_serves_the_queues_at_once() {
 }
 
 #[test]
+fn a_roll_back_keeps_a_parked_acquireall_in_every_queue_and_resuming_serves_it() {
+    let s = NANOS_PER_SEC;
+    let mut shard = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+    run(&mut shard, s, "NS.CREATE team");
+    run(&mut shard, s, "SEM.CREATE team db 1");
+    run(&mut shard, s, "SEM.CREATE team cache 1");
+    let (a, b) = (lease(&mut shard, s, 1, 100), lease(&mut shard, s, 2, 100));
+    run(&mut shard, s, &format!("SEM.ACQUIRE team cache {a} 1 0"));
+    let Exec::Parked(w) = run(
+        &mut shard,
+        s,
+        &format!("SEM.ACQUIREALL team {b} 50 db 1 cache 1"),
+    ) else {
+        panic!("b waits for cache")
+    };
+    let mut saved = BTreeMap::new();
+    let mut hwm = 0;
+    for r in shard.take_journal() {
+        apply(&mut saved, &mut hwm, r).unwrap();
+    }
+    shard.hold_grants();
+    // Not saved: a's release, which would grant b both.
+    run(&mut shard, 2 * s, &format!("SEM.RELEASE team cache {a}"));
+    assert!(shard.take_outbox().is_empty(), "grants are held");
+    assert!(shard.roll_back(saved, hwm, |_| true).is_empty());
+    shard.check();
+    assert_eq!(shard.counts().waiters, 1);
+    run(&mut shard, 3 * s, &format!("SEM.RELEASE team cache {a}"));
+    shard.resume_grants(3 * s);
+    let out = shard.take_outbox();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, w);
+    assert!(
+        format!("{:?}", out[0].1).contains("ACQUIRED"),
+        "{:?}",
+        out[0].1
+    );
+    assert_eq!(shard.counts().holders, 2, "b holds db and cache");
+    shard.check();
+}
+
+#[test]
 fn the_changes_refused_on_a_full_disk_are_the_write_commands_of_the_table() {
     let lease = "ls_0000000000000000000000000001";
     let lines = [
@@ -507,6 +549,7 @@ fn the_changes_refused_on_a_full_disk_are_the_write_commands_of_the_table() {
         "SEM.UPDATE a s 1 VERSION 1",
         "SEM.DELETE a s",
         &format!("SEM.ACQUIRE a s {lease} 1 0"),
+        &format!("SEM.ACQUIREALL a {lease} 0 s 1"),
         &format!("SEM.RELEASE a s {lease}"),
         "SEM.HOLDERS a s",
         "SEM.WAITERS a s",

@@ -29,6 +29,7 @@ use super::multi::{self, Step, Transaction};
 use super::parking::Parking;
 use super::session::check_permissions;
 use super::slowlog::Runner;
+use super::stats::Outcome;
 use super::surface;
 use crate::command::table::{CommandSpec, Flag};
 use crate::command::{self, Cmd, Request, SessionRequest};
@@ -57,7 +58,18 @@ impl Service for Dispatch {
         conn.ctx.count_command();
         let spec = match command::resolve(&argv) {
             Ok(s) => s,
-            Err(e) => return self.reject(conn, e, true).await,
+            Err(e) => {
+                // An arity error counts as a rejected call of the command, as in Redis; an
+                // unknown command only as an error.
+                match command::known(&argv) {
+                    Some(spec) => {
+                        conn.ctx
+                            .record(spec.name, Duration::ZERO, Outcome::Rejected, Some(&e))
+                    }
+                    None => conn.ctx.count_error(&e),
+                }
+                return self.reject(conn, e, true).await;
+            }
         };
         // Timed only for the slow log and the latency monitor; a parked acquire's wait and the
         // replies of earlier commands' batches are not this command's time.
@@ -100,6 +112,12 @@ fn observe<S: Transport>(conn: &Conn<S>, spec: &CommandSpec, argv: &[Bytes], too
     }
 }
 
+/// Counts a call of `name` that started at `started` and answered `reply`, and buffers the reply.
+fn ran<S: Transport>(conn: &mut Conn<S>, name: &'static str, started: Instant, reply: Reply) {
+    conn.ctx.record_reply(name, started.elapsed(), &reply);
+    conn.push(reply);
+}
+
 impl Dispatch {
     /// Runs a command found in the table (see the module docs).
     async fn run<S: Transport>(
@@ -113,7 +131,7 @@ impl Dispatch {
             let local = conn.session.client().is_local();
             if !conn.g.config.enable_debug_command.allows(local) {
                 let e = Error::Err(DEBUG_NOT_ALLOWED.into());
-                return self.reject(conn, e, true).await;
+                return self.refuse(conn, spec, e).await;
             }
         }
         if !spec.flags.has(Flag::NoAuth) {
@@ -122,7 +140,7 @@ impl Dispatch {
                 Some(user) => check_permissions(user, spec, argv).err(),
             };
             if let Some(e) = denied {
-                return self.reject(conn, e, true).await;
+                return self.refuse(conn, spec, e).await;
             }
         }
         // As Redis: what an operator runs (CONFIG, ACL, CLIENT KILL, MONITOR) is not shown.
@@ -137,20 +155,25 @@ impl Dispatch {
         let queues = self.multi.is_some() && !ends;
         if (spec.flags.has(Flag::DenyOom) || queues) && conn.g.memory.exceeded() {
             return self
-                .reject(conn, Error::Oom(memory::OOM.into()), true)
+                .refuse(conn, spec, Error::Oom(memory::OOM.into()))
                 .await;
         }
+        let started = Instant::now();
         match spec.cmd {
             Cmd::Multi => {
                 self.flush_batch(conn).await;
                 let reply = multi::start(&mut self.multi, conn.session.client());
-                return conn.push(reply);
+                return ran(conn, spec.name, started, reply);
             }
-            Cmd::Exec => return self.exec(conn).await,
+            Cmd::Exec => {
+                self.flush_batch(conn).await;
+                let reply = self.exec(conn).await;
+                return ran(conn, spec.name, started, reply);
+            }
             Cmd::Discard => {
                 self.flush_batch(conn).await;
                 let reply = multi::discard(&mut self.multi, conn.session.client());
-                return conn.push(reply);
+                return ran(conn, spec.name, started, reply);
             }
             Cmd::Quit | Cmd::Reset => {}
             _ => {
@@ -162,17 +185,32 @@ impl Dispatch {
         }
         let req = match command::parse(spec, argv, &conn.g.limits) {
             Ok(r) => r,
-            Err(e) => return self.reject(conn, e, false).await,
+            Err(e) => {
+                // A bad argument is found as the command runs, in Redis: a failed call.
+                conn.ctx
+                    .record(spec.name, started.elapsed(), Outcome::Failed, Some(&e));
+                return self.reject(conn, e, false).await;
+            }
         };
         match req {
+            // Counted where it runs, on its shard (worker.rs).
             Request::Engine(r) => self.engine(conn, r).await,
             other => {
                 self.flush_batch(conn).await;
+                let started = Instant::now();
                 if let Some(reply) = self.other(conn, other).await {
-                    conn.push(reply);
+                    ran(conn, spec.name, started, reply);
                 }
             }
         }
+    }
+
+    /// Refuses `spec` before it runs (a rejected call, in Redis's statistics); inside MULTI this
+    /// aborts the transaction.
+    async fn refuse<S: Transport>(&mut self, conn: &mut Conn<S>, spec: &CommandSpec, e: Error) {
+        conn.ctx
+            .record(spec.name, Duration::ZERO, Outcome::Rejected, Some(&e));
+        self.reject(conn, e, true).await;
     }
 
     /// Answers an error; one found while queueing (`in_queue`) aborts the transaction.
@@ -188,10 +226,11 @@ impl Dispatch {
 
     async fn engine<S: Transport>(&mut self, conn: &mut Conn<S>, r: EngineRequest) {
         let Some(ns) = r.namespace() else {
-            // NS.LIST, which every shard answers.
+            // NS.LIST, which every shard answers: counted here, as one call.
             self.flush_batch(conn).await;
+            let (name, started) = (command::engine_command_name(&r), Instant::now());
             if let Some(reply) = self.other(conn, Request::Engine(r)).await {
-                conn.push(reply);
+                ran(conn, name, started, reply);
             }
             return;
         };
@@ -306,37 +345,49 @@ impl Dispatch {
     /// commands run as one batch on their namespace's shard, acquires without waiting; the part
     /// of an NS.LIST, INFO, CLIENT UNBLOCK or kill that reads or changes that shard runs inside
     /// the batch at its place (msg.rs's `TxItem`). The other commands, and those parts on other
-    /// shards (which the transaction does not change), run before the batch, in order.
-    async fn exec<S: Transport>(&mut self, conn: &mut Conn<S>) {
-        self.flush_batch(conn).await;
+    /// shards (which the transaction does not change), run before the batch, in order. The
+    /// engine commands are counted on their shard; the others here, each as its own call, as
+    /// Redis counts the commands of a transaction.
+    async fn exec<S: Transport>(&mut self, conn: &mut Conn<S>) -> Reply {
         let tx = match multi::take(&mut self.multi, conn.session.client()) {
             Ok(tx) => tx,
-            Err(reply) => return conn.push(reply),
+            Err(reply) => return reply,
         };
         if tx.adds_state() && conn.g.memory.exceeded() {
             let why = format!("Transaction discarded because of: OOM {}", memory::OOM);
-            return conn.push(Reply::Error(Error::ExecAbort(why)));
+            return Reply::Error(Error::ExecAbort(why));
         }
         let user = conn.session.current_user(&conn.g.acl).cloned();
         let plan = match tx.plan(user.as_ref(), &conn.g) {
             Ok(p) => p,
-            Err(reply) => return conn.push(reply),
+            Err(reply) => return reply,
         };
         let home = plan.shard;
         let mut items = Vec::new();
         let mut answers = Vec::with_capacity(plan.steps.len());
         for step in plan.steps {
+            let started = Instant::now();
+            // Counted once answered (below): the commands that are not the engine's.
+            let name = match &step {
+                Step::Run(name, _) => Some(*name),
+                Step::Engine(_) | Step::Failed(..) => None,
+            };
             let answer = match (step, home) {
-                (Step::Failed(e), _) => Answer::Now(Reply::Error(e)),
+                (Step::Failed(name, e), _) => {
+                    conn.ctx
+                        .record(name, Duration::ZERO, Outcome::Failed, Some(&e));
+                    Answer::Now(Reply::Error(e))
+                }
                 (Step::Engine(r), _) => Answer::Item(push(&mut items, TxItem::Engine(r))),
-                (Step::Run(Request::Engine(EngineRequest::NsList(list))), Some(_)) => {
+                (Step::Run(_, Request::Engine(EngineRequest::NsList(list))), Some(_)) => {
                     let item = TxItem::NsList(list.page.clone(), visible_to(conn));
                     Answer::NsList(push(&mut items, item), list.page)
                 }
-                (Step::Run(Request::Info(sections)), Some(_)) => {
-                    Answer::Info(push(&mut items, TxItem::Info), sections)
+                (Step::Run(_, Request::Info(sections)), Some(_)) => {
+                    let item = TxItem::Info(info::wants_latency(&sections));
+                    Answer::Info(push(&mut items, item), sections)
                 }
-                (Step::Run(Request::ClientUnblock { id, error }), Some(h)) => {
+                (Step::Run(_, Request::ClientUnblock { id, error }), Some(h)) => {
                     match parked(conn, id) {
                         Some((shard, waiter)) if shard == h => {
                             let item = TxItem::Cancel(waiter, unblock_why(error));
@@ -345,7 +396,7 @@ impl Dispatch {
                         _ => Answer::Now(unblock(conn, id, error).await),
                     }
                 }
-                (Step::Run(Request::Session(req)), Some(h)) if kills(&req) => {
+                (Step::Run(_, Request::Session(req)), Some(h)) if kills(&req) => {
                     let reply = surface::run(&mut conn.session, &conn.g, req);
                     for (shard, waiter) in conn.g.clients.killed_parked() {
                         if shard == h {
@@ -356,11 +407,11 @@ impl Dispatch {
                     }
                     Answer::Now(reply.unwrap_or(Reply::OK))
                 }
-                (Step::Run(req), _) => {
+                (Step::Run(_, req), _) => {
                     Answer::Now(self.other(conn, req).await.unwrap_or(Reply::OK))
                 }
             };
-            answers.push(answer);
+            answers.push((name, started.elapsed(), answer));
         }
         let mut done: Vec<Option<TxDone>> = match home {
             Some(h) if !items.is_empty() => txn(conn, h, items).await,
@@ -371,8 +422,9 @@ impl Dispatch {
         .collect();
         let mut take = |i: usize| done.get_mut(i).and_then(Option::take);
         let mut replies = Vec::with_capacity(answers.len());
-        for answer in answers {
-            replies.push(match answer {
+        for (name, before, answer) in answers {
+            let started = Instant::now();
+            let reply = match answer {
                 Answer::Now(r) => r,
                 Answer::Item(i) => match take(i) {
                     Some(TxDone::Engine(Done::Reply(r))) => r,
@@ -388,13 +440,18 @@ impl Dispatch {
                 },
                 Answer::Info(i, sections) => match (take(i), home) {
                     (Some(TxDone::Info(part)), Some(h)) => {
-                        info_reply(conn, &sections, Some((h, part))).await
+                        info_reply(conn, &sections, Some((h, *part))).await
                     }
                     _ => shutting_down(),
                 },
-            });
+            };
+            if let Some(name) = name {
+                conn.ctx
+                    .record_reply(name, before + started.elapsed(), &reply);
+            }
+            replies.push(reply);
         }
-        conn.push(Reply::Array(replies));
+        Reply::Array(replies)
     }
 }
 
@@ -502,7 +559,7 @@ async fn remote<S: Transport>(
 async fn ns_list<S: Transport>(
     conn: &mut Conn<S>,
     page: Page,
-    known: Option<(usize, NsPart)>,
+    mut known: Option<(usize, NsPart)>,
 ) -> Reply {
     let visible_to = visible_to(conn);
     let answers = conn
@@ -513,7 +570,6 @@ async fn ns_list<S: Transport>(
             reply,
         })
         .await;
-    let mut known = known;
     let mut parts = Vec::with_capacity(answers.len());
     for (shard, Durable { value, lsn }) in answers {
         // The page may show changes of that shard that are not durable yet.
@@ -531,14 +587,18 @@ async fn ns_list<S: Transport>(
 async fn info_reply<S: Transport>(
     conn: &Conn<S>,
     sections: &[Bytes],
-    known: Option<(usize, ShardInfo)>,
+    mut known: Option<(usize, ShardInfo)>,
 ) -> Reply {
-    let answers = conn.g.ask_all(|reply| ShardMsg::Info { reply }).await;
+    let latency = info::wants_latency(sections);
+    let answers = conn
+        .g
+        .ask_all(|reply| ShardMsg::Info { latency, reply })
+        .await;
     let parts: Vec<_> = answers
         .into_iter()
-        .map(|(shard, p)| match known {
-            Some((s, part)) if s == shard => part,
-            _ => p,
+        .map(|(shard, p)| match known.take_if(|(s, _)| *s == shard) {
+            Some((_, part)) => part,
+            None => p,
         })
         .collect();
     let totals = info::sum(&parts);

@@ -5,13 +5,14 @@ use bytes::Bytes;
 use super::global::Global;
 use super::memory;
 use super::msg::ShardInfo;
+use super::stats::{percentile_usec, CommandStats};
 use super::topology::{self, Topology};
 use crate::engine::{Counts, Stats};
 use crate::persist::PersistStats;
 use crate::protocol::{Proto, Reply};
 
 /// Every shard's INFO figures added up.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Totals {
     /// Namespaces, semaphores, leases, holders, waiters.
     pub counts: Counts,
@@ -21,6 +22,8 @@ pub struct Totals {
     pub persist: PersistStats,
     /// Commands run by all connections (`total_commands_processed`).
     pub commands: u64,
+    /// Every thread's per-command figures.
+    pub command_stats: CommandStats,
 }
 
 /// The Redis version permitd is compatible with (clients check `redis_version`).
@@ -35,7 +38,9 @@ pub fn sum(parts: &[ShardInfo]) -> Totals {
     let mut s = Stats::default();
     let mut p = PersistStats::default();
     let mut commands = 0;
+    let mut command_stats = CommandStats::default();
     for part in parts {
+        command_stats.merge(&part.command_stats);
         let (pc, ps, pp) = (&part.counts, &part.stats, &part.persist);
         commands += part.commands;
         p.last_fsync_at = p.last_fsync_at.max(pp.last_fsync_at);
@@ -68,6 +73,7 @@ pub fn sum(parts: &[ShardInfo]) -> Totals {
         stats: s,
         persist: p,
         commands,
+        command_stats,
     }
 }
 
@@ -89,6 +95,7 @@ fn write_error(errno: i32) -> String {
     }
 }
 
+/// The sections in Redis 7's order, ours (`semaphores`) before `cluster`.
 const SECTIONS: &[&str] = &[
     "server",
     "clients",
@@ -98,23 +105,49 @@ const SECTIONS: &[&str] = &[
     "replication",
     "cpu",
     "semaphores",
+    "commandstats",
+    "errorstats",
+    "latencystats",
     "cluster",
     "keyspace",
 ];
 
-/// The INFO text for the asked sections (`default`, `all`, `everything` or names).
-pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
-    let wanted: Vec<String> = asked
+/// What `INFO` and `INFO default` leave out, as Redis 7 does (they can be long); `all` and
+/// `everything` include them.
+const NOT_DEFAULT: &[&str] = &["commandstats", "latencystats"];
+
+/// The asked words of INFO, lowercase (none: `default`).
+fn wanted(asked: &[Bytes]) -> Vec<String> {
+    if asked.is_empty() {
+        return vec!["default".into()];
+    }
+    asked
         .iter()
         .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
-        .collect();
-    let all = wanted.is_empty()
-        || wanted
-            .iter()
-            .any(|w| w == "all" || w == "everything" || w == "default");
+        .collect()
+}
+
+/// Whether INFO with these words shows `section`.
+fn shows(wanted: &[String], section: &str) -> bool {
+    wanted.iter().any(|w| {
+        w == "all"
+            || w == "everything"
+            || w == section
+            || (w == "default" && !NOT_DEFAULT.contains(&section))
+    })
+}
+
+/// Whether INFO with these words needs the latency histograms (`# Latencystats`).
+pub fn wants_latency(asked: &[Bytes]) -> bool {
+    shows(&wanted(asked), "latencystats")
+}
+
+/// The INFO text for the asked sections (`default`, `all`, `everything` or names).
+pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
+    let wanted = wanted(asked);
     let mut out = String::new();
     for &section in SECTIONS {
-        if !all && !wanted.iter().any(|w| w == section) {
+        if !shows(&wanted, section) {
             continue;
         }
         if !out.is_empty() {
@@ -128,6 +161,9 @@ pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
         out.push_str(&format!("# {title}\r\n"));
         let fields = match section {
             "replication" => g.topology.info_replication(),
+            "commandstats" | "errorstats" | "latencystats" => {
+                command_fields(&totals.command_stats, section)
+            }
             _ => section_fields(g, section, &totals)
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
@@ -138,6 +174,52 @@ pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
         }
     }
     out
+}
+
+/// Redis's latency percentiles (`latency-tracking-info-percentiles`, default `50 99 99.9`).
+const PERCENTILES: [(&str, f64); 3] = [("50", 50.0), ("99", 99.0), ("99.9", 99.9)];
+
+/// The lines of `# Commandstats`, `# Errorstats` and `# Latencystats`, in Redis 7's format.
+fn command_fields(cs: &CommandStats, section: &str) -> Vec<(String, String)> {
+    match section {
+        "commandstats" => cs
+            .commands()
+            .into_iter()
+            .filter(|(_, st)| st.calls > 0 || st.failed > 0 || st.rejected > 0)
+            .map(|(name, st)| {
+                let usec = st.nanos / 1000;
+                let per_call = if st.calls == 0 {
+                    0.0
+                } else {
+                    usec as f64 / st.calls as f64
+                };
+                (
+                    format!("cmdstat_{name}"),
+                    format!(
+                        "calls={},usec={usec},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}",
+                        st.calls, st.rejected, st.failed
+                    ),
+                )
+            })
+            .collect(),
+        "errorstats" => cs
+            .errors()
+            .into_iter()
+            .map(|(code, n)| (format!("errorstat_{code}"), format!("count={n}")))
+            .collect(),
+        _ => cs
+            .latencies()
+            .into_iter()
+            .map(|(name, h)| {
+                let p = PERCENTILES
+                    .iter()
+                    .map(|(label, p)| format!("p{label}={:.3}", percentile_usec(h, *p)))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                (format!("latency_percentiles_usec_{name}"), p)
+            })
+            .collect(),
+    }
 }
 
 fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, String)> {
@@ -208,6 +290,15 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
                 g.clients.total_connections().to_string(),
             ),
             ("total_commands_processed", t.commands.to_string()),
+            (
+                "total_error_replies",
+                t.command_stats
+                    .errors()
+                    .iter()
+                    .map(|(_, n)| n)
+                    .sum::<u64>()
+                    .to_string(),
+            ),
             (
                 "rejected_connections",
                 g.clients.rejected_connections().to_string(),

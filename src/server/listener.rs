@@ -12,7 +12,7 @@ use super::clients::is_local;
 use super::global::Global;
 use super::msg::ThreadMsg;
 use super::topology::{NodeId, Topology};
-use super::{thread, tls};
+use super::{metrics, thread, tls};
 use crate::config::Config;
 
 /// Runs the server until SIGTERM, SIGINT or SHUTDOWN. A shard thread trims (see
@@ -38,6 +38,15 @@ pub fn run(config: Config) -> std::io::Result<()> {
             let l = std::net::TcpListener::bind((addr.ip(), port))?;
             l.set_nonblocking(true)?;
             tracing::info!(addr = %l.local_addr()?, "TLS port ready");
+            Some(l)
+        }
+        None => None,
+    };
+    let metrics_listener = match config.metrics_port {
+        Some(port) => {
+            let l = std::net::TcpListener::bind((addr.ip(), port))?;
+            l.set_nonblocking(true)?;
+            tracing::info!(addr = %l.local_addr()?, "metrics ready: GET /metrics, GET /health");
             Some(l)
         }
         None => None,
@@ -95,6 +104,10 @@ pub fn run(config: Config) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // Scrapes are served beside the accept loop, on its thread, which mostly sleeps.
+    if let Some(l) = metrics_listener {
+        rt.spawn(metrics::serve(global.clone(), l));
+    }
     rt.block_on(accept_loop(global.clone(), listener, tls_listener))?;
     global.begin_shutdown();
     for t in threads {

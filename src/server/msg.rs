@@ -9,7 +9,9 @@ use tokio::sync::oneshot;
 
 use super::acl::User;
 use super::parking::Parking;
+use super::semstats::{NsGauge, SemGauge, SemKey, WaitHist};
 use super::session::Session;
+use super::stats::CommandStats;
 use crate::engine::page::{Page, PageOf};
 use crate::engine::request::EngineRequest;
 use crate::engine::types::Name;
@@ -129,8 +131,17 @@ pub enum ShardMsg {
     },
     /// Counters and sizes for INFO.
     Info {
+        /// Whether to include the latency histograms (INFO latencystats).
+        latency: bool,
         /// Where the figures go.
         reply: oneshot::Sender<ShardInfo>,
+    },
+    /// Everything `/metrics` shows of this shard, its namespaces and semaphores capped.
+    Metrics {
+        /// Most namespaces and semaphores to report (the busiest).
+        cap: usize,
+        /// Where the figures go.
+        reply: oneshot::Sender<ShardMetrics>,
     },
 }
 
@@ -144,8 +155,8 @@ pub enum TxItem {
     Engine(EngineRequest),
     /// This shard's part of an NS.LIST page, for this user (`None`: all).
     NsList(Page, Option<Arc<User>>),
-    /// This shard's INFO figures.
-    Info,
+    /// This shard's INFO figures (with the latency histograms if true).
+    Info(bool),
     /// End a parked acquire (an unblock, or the kill of its client).
     Cancel(WaiterId, Cancel),
 }
@@ -157,14 +168,14 @@ pub enum TxDone {
     Engine(Done),
     /// This shard's NS.LIST part.
     NsList(NsPart),
-    /// This shard's INFO figures.
-    Info(ShardInfo),
+    /// This shard's INFO figures (boxed: they hold every command's statistics).
+    Info(Box<ShardInfo>),
     /// Whether the acquire was still parked.
     Cancel(bool),
 }
 
 /// One shard's INFO figures.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ShardInfo {
     /// Namespaces, semaphores, leases, holders, waiters.
     pub counts: Counts,
@@ -174,4 +185,19 @@ pub struct ShardInfo {
     pub persist: PersistStats,
     /// Commands run by the connections of this thread.
     pub commands: u64,
+    /// The per-command figures of the commands run on this thread.
+    pub command_stats: CommandStats,
+}
+
+/// One shard's figures for `/metrics`.
+#[derive(Debug)]
+pub struct ShardMetrics {
+    /// What INFO shows, latency histograms included.
+    pub info: ShardInfo,
+    /// The busiest namespaces, at most the cap.
+    pub namespaces: Vec<NsGauge>,
+    /// The busiest semaphores, at most the cap.
+    pub semaphores: Vec<SemGauge>,
+    /// The semaphores that granted most waiters, with their waits.
+    pub waits: Vec<(SemKey, WaitHist)>,
 }

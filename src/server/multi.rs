@@ -36,10 +36,11 @@ pub struct Plan {
 pub enum Step {
     /// An engine command of the transaction's namespace, run in the batch on its shard.
     Engine(EngineRequest),
-    /// Any other command (NS.LIST, INFO, a surface command).
-    Run(Request),
-    /// Refused when EXEC checked it again, or when parsed.
-    Failed(Error),
+    /// Any other command (NS.LIST, INFO, a surface command), with its name (its statistics
+    /// are counted under it).
+    Run(&'static str, Request),
+    /// Refused when EXEC checked it again, or when parsed, with the command's name.
+    Failed(&'static str, Error),
 }
 
 /// MULTI.
@@ -145,12 +146,14 @@ impl Transaction {
             }
         }
         let shard = namespace.map(|ns| g.shard_of(ns));
-        let steps = parsed
-            .into_iter()
-            .map(|r| match r {
+        let steps = self
+            .queued
+            .iter()
+            .zip(parsed)
+            .map(|((spec, _), r)| match r {
                 Ok(Request::Engine(e)) if e.namespace().is_some() => Step::Engine(e),
-                Ok(other) => Step::Run(other),
-                Err(e) => Step::Failed(e),
+                Ok(other) => Step::Run(spec.name, other),
+                Err(e) => Step::Failed(spec.name, e),
             })
             .collect();
         Ok(Plan { shard, steps })

@@ -137,7 +137,9 @@ impl SlowLog {
     }
 }
 
-/// A command's words as an entry keeps them (slowlog.c's limits).
+/// A command's words as an entry keeps them (slowlog.c's limits), copied: a word is a slice of
+/// its connection's read buffer, which an entry would otherwise keep alive (128 entries pinned
+/// 7.9 MB after `scripts/soak 30`, against 0.6 MB with the slow log off).
 fn trimmed(argv: &[Bytes]) -> Vec<Bytes> {
     let keep = if argv.len() > MAX_ARGC {
         MAX_ARGC - 1
@@ -154,7 +156,7 @@ fn trimmed(argv: &[Bytes]) -> Vec<Bytes> {
                 );
                 Bytes::from(s)
             } else {
-                a.clone()
+                Bytes::copy_from_slice(a)
             }
         })
         .collect();

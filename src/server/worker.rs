@@ -26,12 +26,16 @@ use super::acl::User;
 use super::background::Background;
 use super::clock::{Clock, Reading};
 use super::global::Global;
-use super::msg::{Done, Durable, NsPart, Ran, ShardInfo, ShardMsg, TxDone, TxItem};
+use super::msg::{Done, Durable, NsPart, Ran, ShardInfo, ShardMetrics, ShardMsg, TxDone, TxItem};
 use super::parking::Parking;
+use super::semstats::{self, SemKey, Waits};
+use super::stats::{CommandStats, Outcome};
+use crate::command::engine_command_name;
 use crate::engine::page::Page;
 use crate::engine::request::EngineRequest;
 use crate::engine::room::{shrink_map, FastMap};
 use crate::engine::types::{Name, Nanos};
+use crate::engine::view::is_acquired;
 use crate::engine::{Cancel, Exec, Shard, WaiterId};
 use crate::error::Error;
 use crate::persist::{self, Batch, Fsync, ShardState, Store, WriteError};
@@ -80,6 +84,10 @@ struct Parked {
     /// The LSN of the change it parked with (it moves the semaphore's `last_activity_at`): it
     /// stays parked through a roll-back only if that change was saved.
     lsn: u64,
+    /// When it parked, and on which semaphore: `/metrics` shows the oldest wait and the waits
+    /// that ended in a grant.
+    since: Instant,
+    sem: Option<SemKey>,
 }
 
 /// A shard's runtime (see the module docs), shared by its thread's tasks through an `Rc`.
@@ -106,6 +114,10 @@ pub struct ShardCtx {
     clock: Clock,
     /// Commands run by this thread's connections (per thread: no shared counter to contend on).
     commands: Cell<u64>,
+    /// Per-command figures of the commands run on this thread (stats.rs).
+    stats: RefCell<CommandStats>,
+    /// Waits from park to grant per semaphore, counted only with `--metrics-port`.
+    waits: RefCell<Waits>,
 }
 
 impl ShardCtx {
@@ -152,6 +164,8 @@ impl ShardCtx {
             scheduled: Cell::new(None),
             clock: Clock::default(),
             commands: Cell::new(0),
+            stats: RefCell::new(CommandStats::default()),
+            waits: RefCell::new(Waits::default()),
         });
         tokio::task::spawn_local(ctx.clone().timer_loop());
         tokio::task::spawn_local(ctx.clone().flush_loop());
@@ -164,6 +178,32 @@ impl ShardCtx {
     /// Counts a command a connection of this thread runs (INFO's `total_commands_processed`).
     pub fn count_command(&self) {
         self.commands.set(self.commands.get() + 1);
+    }
+
+    /// Counts a call of `name` in this thread's command statistics, and its error, if any.
+    pub fn record(
+        &self,
+        name: &'static str,
+        took: Duration,
+        outcome: Outcome,
+        error: Option<&Error>,
+    ) {
+        let mut stats = self.stats.borrow_mut();
+        stats.record(name, took, outcome);
+        if let Some(e) = error {
+            stats.error(e);
+        }
+    }
+
+    /// Counts a call of `name` that ran and answered `reply`.
+    pub fn record_reply(&self, name: &'static str, took: Duration, reply: &Reply) {
+        let (outcome, error) = Outcome::of(reply);
+        self.record(name, took, outcome, error);
+    }
+
+    /// Counts an error reply that belongs to no command (an unknown one).
+    pub fn count_error(&self, e: &Error) {
+        self.stats.borrow_mut().error(e);
     }
 
     /// The engine's `now` (see clock.rs). After a forward step of the wall clock, the engine's
@@ -197,16 +237,23 @@ impl ShardCtx {
         if parker.is_some_and(|p| p.is_killed()) {
             return Done::Killed;
         }
+        let name = engine_command_name(&req);
         if req.is_write() {
             if let Some(e) = self.disk.borrow().refusal() {
+                self.record(name, Duration::ZERO, Outcome::Rejected, Some(e));
                 return Done::Reply(Reply::Error(e.clone()));
             }
         }
-        match self
+        let started = Instant::now();
+        let exec = self
             .engine
             .borrow_mut()
-            .execute(now, req, parker.map(|p| p.client()))
-        {
+            .execute(now, req, parker.map(|p| p.client()));
+        match &exec {
+            Exec::Reply(r) => self.record_reply(name, started.elapsed(), r),
+            Exec::Parked(_) => self.record(name, started.elapsed(), Outcome::Ok, None),
+        }
+        match exec {
             Exec::Reply(r) => Done::Reply(r),
             Exec::Parked(id) => {
                 if !parker.is_some_and(|p| p.park(self.id, id)) {
@@ -216,7 +263,15 @@ impl ShardCtx {
                     return Done::Killed;
                 }
                 let (tx, rx) = oneshot::channel();
-                self.parked.borrow_mut().insert(id, Parked { tx, lsn: 0 });
+                let sem = self.engine.borrow().waiter_semaphore(id).cloned();
+                let since = Instant::now();
+                let p = Parked {
+                    tx,
+                    lsn: 0,
+                    since,
+                    sem,
+                };
+                self.parked.borrow_mut().insert(id, p);
                 self.just_parked.set(Some(id));
                 Done::Parked(rx, id)
             }
@@ -282,7 +337,7 @@ impl ShardCtx {
                 TxItem::NsList(page, visible_to) => {
                     TxDone::NsList(self.ns_list_part(now, &page, visible_to.as_deref()))
                 }
-                TxItem::Info => TxDone::Info(self.info_part(now)),
+                TxItem::Info(latency) => TxDone::Info(Box::new(self.info_part(now, latency))),
                 TxItem::Cancel(waiter, why) => TxDone::Cancel(self.cancel_at(now, waiter, why)),
             })
             .collect();
@@ -315,8 +370,9 @@ impl ShardCtx {
         engine.ns_list_part_where(page, visible)
     }
 
-    /// This shard's INFO figures at `now`; the caller settles.
-    fn info_part(&self, now: Nanos) -> ShardInfo {
+    /// This shard's INFO figures at `now` (expiries due are fired first), the latency
+    /// histograms only when asked for; the caller settles.
+    fn info_part(&self, now: Nanos, latency: bool) -> ShardInfo {
         let mut engine = self.engine.borrow_mut();
         engine.advance(now);
         ShardInfo {
@@ -324,6 +380,7 @@ impl ShardCtx {
             stats: engine.stats(),
             persist: self.store.borrow().stats,
             commands: self.commands.get(),
+            command_stats: self.stats.borrow().copy(latency),
         }
     }
 
@@ -358,6 +415,7 @@ impl ShardCtx {
         }
         for (id, reply) in outbox {
             if let Some(p) = parked.remove(&id) {
+                self.count_ended_wait(&p, &reply);
                 // A client that left meanwhile drops the reply; the engine moved on.
                 let _ = p.tx.send(Durable { value: reply, lsn });
             }
@@ -367,6 +425,20 @@ impl ShardCtx {
         if let Some(n) = next {
             if self.scheduled.get().is_none_or(|s| n < s) {
                 self.timer_wake.notify_one();
+            }
+        }
+    }
+
+    /// Counts how a parked acquire ended: an error as a failed call (its call was counted when
+    /// it parked), a grant in its semaphore's wait histogram (with `--metrics-port`).
+    fn count_ended_wait(&self, p: &Parked, reply: &Reply) {
+        if let Reply::Error(e) = reply {
+            self.stats.borrow_mut().failed_later("sem.acquire", e);
+        } else if let (Some(sem), true) = (&p.sem, self.global.config.metrics_port.is_some()) {
+            if is_acquired(reply) {
+                let cap = self.global.config.metrics_max_semaphores;
+                let waited = p.since.elapsed().as_secs_f64();
+                self.waits.borrow_mut().observe(sem, waited, cap);
             }
         }
     }
@@ -435,8 +507,24 @@ impl ShardCtx {
                 let _ = reply.send(Durable { value: part, lsn });
                 self.settle();
             }
-            ShardMsg::Info { reply } => {
-                let _ = reply.send(self.info_part(self.now()));
+            ShardMsg::Info { latency, reply } => {
+                let _ = reply.send(self.info_part(self.now(), latency));
+                self.settle();
+            }
+            ShardMsg::Metrics { cap, reply } => {
+                let info = self.info_part(self.now(), true);
+                let engine = self.engine.borrow();
+                let parked = self.parked.borrow();
+                let waited = |id| parked.get(&id).map(|p| p.since.elapsed().as_secs_f64());
+                let (namespaces, semaphores) = semstats::busiest(engine.state().0, waited, cap);
+                let waits = self.waits.borrow().busiest(cap);
+                let _ = reply.send(ShardMetrics {
+                    info,
+                    namespaces,
+                    semaphores,
+                    waits,
+                });
+                drop((engine, parked));
                 self.settle();
             }
         }

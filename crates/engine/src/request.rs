@@ -25,6 +25,7 @@ pub enum EngineRequest {
     SemUpdate(SemUpdate),
     SemDelete(SemDelete),
     SemAcquire(SemAcquire),
+    SemAcquireAll(SemAcquireAll),
     SemRelease(SemRelease),
     SemHolders(SemHolders),
     SemWaiters(SemWaiters),
@@ -138,6 +139,30 @@ pub struct SemAcquire {
     pub meta: Metadata,
 }
 
+/// The most semaphores one SEM.ACQUIREALL may ask for (SPEC §12).
+pub const MAX_ACQUIRE_ALL: usize = 16;
+
+/// `SEM.ACQUIREALL ns lease timeout sem weight [sem weight ...] [META k v ...]`: each of
+/// `parts` as a SEM.ACQUIRE would take it, all or none, under one wait; `meta` goes to every
+/// hold. `parts` holds 1 to [`MAX_ACQUIRE_ALL`] distinct semaphores, in the order asked.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub struct SemAcquireAll {
+    pub ns: Name,
+    pub lease: Option<LeaseId>,
+    pub timeout: Nanos,
+    pub parts: Vec<Part>,
+    pub meta: Metadata,
+}
+
+/// One semaphore of a SEM.ACQUIREALL and the weight the lease is to hold on it.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub struct Part {
+    pub sem: Name,
+    pub weight: Weight,
+}
+
 /// `SEM.RELEASE ns sem lease`.
 #[derive(Debug, Clone, PartialEq)]
 #[allow(missing_docs)]
@@ -229,6 +254,7 @@ impl EngineRequest {
             R::SemUpdate(r) => &r.ns,
             R::SemDelete(r) => &r.ns,
             R::SemAcquire(r) => &r.ns,
+            R::SemAcquireAll(r) => &r.ns,
             R::SemRelease(r) => &r.ns,
             R::SemHolders(r) => &r.ns,
             R::SemWaiters(r) => &r.ns,
@@ -253,6 +279,7 @@ impl EngineRequest {
             | R::SemUpdate(_)
             | R::SemDelete(_)
             | R::SemAcquire(_)
+            | R::SemAcquireAll(_)
             | R::SemRelease(_)
             | R::LeaseCreate(_)
             | R::LeaseRefresh(_)
@@ -270,6 +297,10 @@ impl EngineRequest {
 
     /// Whether the request may park its client (an acquire with a timeout).
     pub fn may_block(&self) -> bool {
-        matches!(self, EngineRequest::SemAcquire(r) if r.timeout > 0)
+        match self {
+            EngineRequest::SemAcquire(r) => r.timeout > 0,
+            EngineRequest::SemAcquireAll(r) => r.timeout > 0,
+            _ => false,
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -326,21 +327,35 @@ pub struct Holder {
     pub metadata: Metadata,
 }
 
-/// A parked acquire.
+/// A parked acquire, in one semaphore's queue. A SEM.ACQUIREALL waits in the queue of each
+/// semaphore it asks for, with one entry in each (the same id, lease and deadline).
 #[derive(Debug)]
 pub struct Waiter {
     /// Lease it acquires for.
     pub lease: LeaseRef,
-    /// Total weight wanted.
+    /// Total weight wanted on this semaphore.
     pub weight: Weight,
     /// Holder metadata to set when granted.
     pub metadata: Metadata,
     /// When it times out.
     pub deadline: Nanos,
+    /// For a SEM.ACQUIREALL, every semaphore it asks for, in the order asked (shared by its
+    /// entries); `None` for a SEM.ACQUIRE.
+    pub all: Option<Arc<[Name]>>,
     /// When it parked.
     pub parked_at: Nanos,
     /// The client it waits for.
     pub client: ClientId,
+}
+
+impl Waiter {
+    /// The semaphores whose queues hold this waiter, `sem` being the one it was found in.
+    pub fn queues<'a>(&'a self, sem: &'a Name) -> &'a [Name] {
+        match &self.all {
+            Some(all) => all,
+            None => std::slice::from_ref(sem),
+        }
+    }
 }
 
 #[cfg(test)]

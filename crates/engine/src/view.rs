@@ -126,6 +126,34 @@ pub fn acquire(outcome: Outcome, s: &Semaphore, token: Option<FencingToken>) -> 
     Reply::fields(fields)
 }
 
+/// A SEM.ACQUIREALL result: the outcome, then `holds`, one per semaphore in the order asked,
+/// each its semaphore and, when acquired, its fencing token.
+pub fn acquire_all<'a>(
+    outcome: Outcome,
+    holds: impl IntoIterator<Item = (&'a Semaphore, Option<FencingToken>)>,
+) -> Reply {
+    let holds = holds
+        .into_iter()
+        .map(|(s, token)| {
+            let mut fields = vec![("semaphore", semaphore(s))];
+            if let Some(t) = token {
+                fields.push(("fencing_token", Reply::Int(t)));
+            }
+            Reply::fields(fields)
+        })
+        .collect();
+    Reply::fields(vec![
+        ("outcome", Reply::text(outcome.as_str())),
+        ("holds", Reply::Array(holds)),
+    ])
+}
+
+/// Whether an acquire reply [`acquire`] built says ACQUIRED (the server's wait-time figures
+/// count the grants of parked acquires).
+pub fn is_acquired(r: &Reply) -> bool {
+    r.field("outcome") == Some(&Reply::text(Outcome::Acquired.as_str()))
+}
+
 /// A page: the list under `list`, then `next_cursor` and `previous_cursor` (`""` when none).
 pub fn page<K>(
     list: &'static str,

@@ -5,7 +5,7 @@ const assert = require('node:assert/strict');
 const { SETUPS, connect, closeAll, newNamespace, sleep, waitFor } = require('./common');
 const {
   ACQUIRED, UNAVAILABLE, TIMED_OUT, Lease, Heartbeat, Semaphore, withPermit, NotAcquiredError, LeaseLostError,
-  parseAcquire,
+  parseAcquire, withPermits, NotAcquiredAllError,
 } = require('../permitd');
 
 for (const setup of [SETUPS[0], SETUPS[1], SETUPS[2]]) {
@@ -93,6 +93,40 @@ for (const setup of [SETUPS[0], SETUPS[1], SETUPS[2]]) {
       await withPermit(sem, lease, 1, 0, (t) => tokens.push(t));
       await withPermit(sem, lease, 1, 0, (t) => tokens.push(t));
       assert.ok(tokens[1] > tokens[0]);
+    });
+
+    it('withPermits: all or none, tokens in order, every hold released', async () => {
+      await r.call('SEM.CREATE', ns, 'wa', 2);
+      await r.call('SEM.CREATE', ns, 'wb', 1);
+      const a = new Semaphore(r, ns, 'wa');
+      const b = new Semaphore(r, ns, 'wb');
+      const lease = await Lease.create(r, ns, 'w', 30);
+      const other = await Lease.create(r, ns, 'o', 30);
+      const out = await withPermits([[b, 1], [a, 2]], lease, 1, async (tokens) => {
+        assert.equal(tokens.length, 2);
+        assert.ok(tokens.every((t) => typeof t === 'bigint') && tokens[0] < tokens[1]);
+        assert.equal((await a.get()).active_holds, 2);
+        // other fits neither a nor b now: it gets nothing, and fn does not run
+        let ran = false;
+        await assert.rejects(withPermits([[a, 1], [b, 1]], other, 0.2, () => { ran = true; }), (err) => {
+          assert.ok(err instanceof NotAcquiredAllError && err instanceof NotAcquiredError);
+          assert.equal(err.outcome, TIMED_OUT);
+          assert.deepEqual(err.semaphores.map((s) => s.name), ['wa', 'wb']);
+          return true;
+        });
+        assert.equal(ran, false);
+        return 'done';
+      });
+      assert.equal(out, 'done');
+      assert.equal((await a.get()).active_holds, 0);
+      assert.equal((await b.get()).active_holds, 0);
+      await assert.rejects(withPermits([[a, 1], [b, 1]], lease, 0, async () => { throw new Error('body failed'); }),
+        { message: 'body failed' });
+      assert.equal((await b.get()).active_holds, 0);
+      await assert.rejects(withPermits([[a, 1], [b, 1]], lease, 0, () => r.call('LEASE.REVOKE', ns, lease.id)),
+        LeaseLostError);
+      await assert.rejects(Semaphore.acquireAll([[a, 3]], other),
+        { message: "INVALIDARG weight exceeds semaphore permits of 'wa'" });
     });
 
     it('withPermit: NotAcquiredError when the outcome is not ACQUIRED, fn not run', async () => {

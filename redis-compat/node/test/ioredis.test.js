@@ -11,10 +11,10 @@ async function clientLine(r, id) {
   return String(await r.call('CLIENT', 'LIST')).split('\n').find((l) => l.startsWith(`id=${id} `));
 }
 
-/** Parked in SEM.ACQUIRE: Redis's flags=b and cmd=sem.acquire. */
-async function isBlocked(r, id) {
+/** Parked in `cmd` (SEM.ACQUIRE by default): Redis's flags=b and cmd=sem.acquire. */
+async function isBlocked(r, id, cmd = 'sem.acquire') {
   const line = await clientLine(r, id);
-  return !!line && / flags=b /.test(line) && / cmd=sem\.acquire /.test(line);
+  return !!line && / flags=b /.test(line) && line.includes(` cmd=${cmd} `);
 }
 
 const SEM_FIELDS = ['name', 'description', 'permits', 'active_holds', 'active_holders_count', 'waiters', 'version',
@@ -216,6 +216,34 @@ for (const setup of SETUPS) {
       assert.equal(got.outcome, 'ACQUIRE_OUTCOME_ACQUIRED');
       assert.ok(Date.now() - releasedAt < 3000, 'woken by the release, not the 10 s timeout');
       assert.ok(Date.now() - started >= 200);
+      waiter.disconnect();
+    });
+
+    it('a parked SEM.ACQUIREALL is woken by the release of its last missing semaphore', async () => {
+      await r.call('SEM.CREATE', ns, 'all1', 1);
+      await r.call('SEM.CREATE', ns, 'all2', 3);
+      const a = await newLease(r, ns, 'a');
+      const b = await newLease(r, ns, 'b');
+      await r.call('SEM.ACQUIRE', ns, 'all1', a, 1, 0);
+      await r.call('SEM.ACQUIRE', ns, 'all2', a, 2, 0);
+      const waiter = await connect(setup);
+      const id = await waiter.call('CLIENT', 'ID');
+      const parked = waiter.call('SEM.ACQUIREALL', ns, b, 10, 'all2', 3, 'all1', 1);
+      parked.catch(() => {}); // awaited below; a rejection must not go unhandled meanwhile
+      assert.ok(await waitFor(() => isBlocked(r, id, 'sem.acquireall')));
+      await r.call('SEM.RELEASE', ns, 'all2', a);
+      await sleep(300);
+      assert.ok(await isBlocked(r, id, 'sem.acquireall'), 'all1 is still taken: still parked');
+      assert.equal(Number(asMap(await r.call('SEM.GET', ns, 'all2')).active_holds), 0, 'nothing held meanwhile');
+      const releasedAt = Date.now();
+      await r.call('SEM.RELEASE', ns, 'all1', a);
+      const got = asMap(await parked);
+      assert.ok(Date.now() - releasedAt < 3000, 'woken by the release, not the 10 s timeout');
+      assert.equal(got.outcome, 'ACQUIRE_OUTCOME_ACQUIRED');
+      const holds = got.holds.map(asMap);
+      assert.deepEqual(holds.map((h) => String(asMap(h.semaphore).name)), ['all2', 'all1']);
+      assert.ok(holds.every((h) => h.fencing_token !== undefined));
+      assert.equal(Number(asMap(await r.call('SEM.GET', ns, 'all2')).active_holds), 3);
       waiter.disconnect();
     });
 

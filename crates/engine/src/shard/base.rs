@@ -110,6 +110,11 @@ pub(super) fn weight_exceeds() -> Error {
     Error::InvalidArg("weight exceeds semaphore permits".into())
 }
 
+/// [`weight_exceeds`] for one semaphore of a SEM.ACQUIREALL, which names it (SPEC §12).
+pub(super) fn weight_exceeds_on(sem: &Name) -> Error {
+    Error::InvalidArg(format!("weight exceeds semaphore permits of '{sem}'"))
+}
+
 impl Shard {
     /// An empty shard. `namespace_count` is shared by all shards to enforce the server-wide
     /// namespace quota.
@@ -209,6 +214,22 @@ impl Shard {
                     assert_eq!(l.hold_on(s.key), Some(h.token), "a holder its lease misses");
                 }
                 for (w, q) in &s.queue {
+                    let queues = q.queues(sname);
+                    assert!(
+                        queues.contains(sname),
+                        "a waiter in a queue it does not list"
+                    );
+                    for other in queues {
+                        let e = &n.semaphores[other].queue[w];
+                        assert_eq!(
+                            (e.lease, e.deadline),
+                            (q.lease, q.deadline),
+                            "entries agree"
+                        );
+                    }
+                    if queues[0] != *sname {
+                        continue; // a SEM.ACQUIREALL counts once, at its first queue
+                    }
                     queued += 1;
                     assert!(n.leases.get(q.lease).is_some(), "a waiter of a gone lease");
                     assert_eq!(
@@ -293,6 +314,12 @@ impl Shard {
     /// INFO counters.
     pub fn stats(&self) -> Stats {
         self.cx.stats
+    }
+
+    /// The namespace and semaphore a parked acquire waits on, read by the server's
+    /// per-semaphore figures (`/metrics`).
+    pub fn waiter_semaphore(&self, id: WaiterId) -> Option<&(Name, Name)> {
+        self.cx.waiter_at.get(&id)
     }
 
     /// INFO sizes.

@@ -24,7 +24,12 @@ impl Shard {
     pub fn resume_grants(&mut self, now: Nanos) {
         self.cx.grants_held = false;
         self.advance(now);
-        let queued: Vec<(Name, Name)> = self.cx.waiter_at.values().cloned().collect();
+        let queued: Vec<(Name, Name)> = self
+            .cx
+            .waiter_at
+            .keys()
+            .flat_map(|w| self.queues_of(*w))
+            .collect();
         self.serve_all(queued, now);
     }
 
@@ -58,13 +63,16 @@ impl Shard {
         for id in ids {
             let (ns, sem) = old.cx.waiter_at[&id].clone();
             let n = old.namespaces.get_mut(&ns).expect("waiter index is exact");
-            let w = n
-                .semaphores
-                .get_mut(&sem)
-                .and_then(|s| s.queue.remove(&id))
-                .expect("waiter index is exact");
-            let lease = n.leases[w.lease].id;
-            let placed = keep(id) && self.place(id, ns, sem, lease, w);
+            let queues = n.semaphores[&sem].queue[&id].queues(&sem).to_vec();
+            let entries: Vec<(Name, Waiter)> = queues
+                .into_iter()
+                .map(|q| {
+                    let w = n.semaphores.get_mut(&q).and_then(|s| s.queue.remove(&id));
+                    (q, w.expect("waiter index is exact"))
+                })
+                .collect();
+            let lease = n.leases[entries[0].1.lease].id;
+            let placed = keep(id) && self.place(id, ns, lease, entries);
             if !placed {
                 self.cx.waiter_count.fetch_sub(1, Ordering::AcqRel);
                 dropped.push(id);
@@ -73,22 +81,42 @@ impl Shard {
         dropped
     }
 
-    /// Parks waiter `id` at the tail of `sem`'s queue in namespace `ns`, for the lease with id
-    /// `lease`; false when one of them is missing.
-    fn place(&mut self, id: WaiterId, ns: Name, sem: Name, lease: LeaseId, w: Waiter) -> bool {
+    /// Parks waiter `id` at the tail of the queues of `entries` in namespace `ns`, for the
+    /// lease with id `lease`; false (nothing parked) when one of them is missing.
+    fn place(
+        &mut self,
+        id: WaiterId,
+        ns: Name,
+        lease: LeaseId,
+        entries: Vec<(Name, Waiter)>,
+    ) -> bool {
         let Some(n) = self.namespaces.get_mut(&ns) else {
             return false;
         };
         let Some(r) = n.leases.find(&lease) else {
             return false;
         };
-        let Some(s) = n.semaphores.get_mut(&sem) else {
+        if !entries.iter().all(|(q, _)| n.semaphores.contains_key(q)) {
             return false;
-        };
-        self.cx.timers.add_waiter(w.deadline, id);
+        }
+        let (first, deadline) = (entries[0].0.clone(), entries[0].1.deadline);
+        for (q, w) in entries {
+            let s = n.semaphores.get_mut(&q).expect("checked above");
+            s.queue.insert(id, Waiter { lease: r, ..w });
+        }
+        self.cx.timers.add_waiter(deadline, id);
         self.cx.lease_waits.entry((n.key, r)).or_default().push(id);
-        s.queue.insert(id, Waiter { lease: r, ..w });
-        self.cx.waiter_at.insert(id, (ns, sem));
+        self.cx.waiter_at.insert(id, (ns, first));
         true
+    }
+
+    /// The queues parked acquire `id` waits in, with their namespace.
+    fn queues_of(&self, id: WaiterId) -> Vec<(Name, Name)> {
+        let (ns, sem) = &self.cx.waiter_at[&id];
+        let w = &self.namespaces[ns].semaphores[sem].queue[&id];
+        w.queues(sem)
+            .iter()
+            .map(|q| (ns.clone(), q.clone()))
+            .collect()
     }
 }

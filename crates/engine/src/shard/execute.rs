@@ -28,9 +28,15 @@ impl Shard {
             R::SemGet(r) => self.sem(&r.ns, &r.sem).map(view::semaphore),
             R::SemList(r) => self.sem_list(&r.ns, &r.page),
             R::SemUpdate(r) => self.sem_update(now, r),
-            R::SemDelete(r) => self.sem_delete(&r.ns, &r.sem),
+            R::SemDelete(r) => self.sem_delete(now, &r.ns, &r.sem),
             R::SemAcquire(r) => {
                 return match self.acquire(now, r, client) {
+                    Ok(exec) => exec,
+                    Err(e) => Exec::Reply(Reply::Error(e)),
+                };
+            }
+            R::SemAcquireAll(r) => {
+                return match self.acquire_all(now, r, client) {
                     Ok(exec) => exec,
                     Err(e) => Exec::Reply(Reply::Error(e)),
                 };

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use super::base::{lease_missing, lease_ref, ns_mut, number_cursor, Shard};
-use super::queue::{drop_lease, serve};
+use super::queue::{drop_lease, serve_many};
 use crate::error::Error;
 use crate::journal;
 use crate::leases::{Holds, Lease, LeaseRef};
@@ -90,9 +90,8 @@ impl Shard {
     pub(super) fn lease_revoke(&mut self, now: Nanos, req: LeaseRevoke) -> Result<Reply, Error> {
         let n = ns_mut(&mut self.namespaces, &req.ns)?;
         let r = lease_ref(&n.leases, &req.ns, req.lease)?;
-        for sem in drop_lease(n, r, &mut self.cx) {
-            serve(n, &sem, now, &mut self.cx);
-        }
+        let touched = drop_lease(n, r, &mut self.cx);
+        serve_many(n, touched, now, &mut self.cx);
         Ok(Reply::OK)
     }
 }

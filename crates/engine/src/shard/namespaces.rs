@@ -62,6 +62,10 @@ impl Shard {
             self.keys.remove(n.key);
             for s in n.semaphores.values() {
                 for (&w, waiter) in &s.queue {
+                    // A SEM.ACQUIREALL ends once, where the waiter index has it: its first queue.
+                    if waiter.queues(&s.name)[0] != s.name {
+                        continue;
+                    }
                     forget_waiter(&mut self.cx, (n.key, waiter.lease), w, waiter.deadline);
                     self.cx.outbox.push((w, Reply::Error(ns_missing(ns))));
                 }

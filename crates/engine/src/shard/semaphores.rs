@@ -4,10 +4,11 @@
 use bytes::Bytes;
 
 use super::base::{
-    name_cursor, ns_mut, number_cursor, sem_missing, sem_mut, weight_exceeds, Shard,
+    name_cursor, ns_mut, number_cursor, sem_missing, sem_mut, weight_exceeds, weight_exceeds_on,
+    Shard,
 };
 use super::namespaces::check_version;
-use super::queue::{forget_waiter, serve};
+use super::queue::{serve_many, unpark};
 use super::time::Ending;
 use crate::error::Error;
 use crate::journal::{self, Record};
@@ -89,37 +90,48 @@ impl Shard {
         s.check();
         self.cx.journal.push(journal::sem_put(&ns, s));
         // Waiters that can never fit any more end now; the rest may fit now.
-        let too_heavy: Vec<WaiterId> = s
+        let too_heavy: Vec<(WaiterId, Error)> = s
             .queue
             .iter()
             .filter(|(_, w)| w.weight > permits)
-            .map(|(id, _)| *id)
+            .map(|(id, w)| match w.all {
+                Some(_) => (*id, weight_exceeds_on(&sem)),
+                None => (*id, weight_exceeds()),
+            })
             .collect();
-        for w in too_heavy {
-            self.end_waiter(w, Ending::Error(weight_exceeds()));
+        let mut touched = vec![(ns.clone(), sem.clone())];
+        for (w, e) in too_heavy {
+            touched.extend(self.end_waiter(w, Ending::Error(e)));
         }
+        self.serve_all(touched, now);
         let n = self.namespaces.get_mut(&ns).expect("checked above");
-        serve(n, &sem, now, &mut self.cx);
         // The reply is the state after the command, woken waiters included (as SEM.RELEASE).
         Ok(view::semaphore(&n.semaphores[&sem]))
     }
 
     /// SEM.DELETE: its holds go, and its parked acquires end NOTFOUND.
-    pub(super) fn sem_delete(&mut self, ns: &Name, sem: &Name) -> Result<Reply, Error> {
+    /// A SEM.ACQUIREALL parked on it leaves its other queues too, which move on.
+    pub(super) fn sem_delete(&mut self, now: Nanos, ns: &Name, sem: &Name) -> Result<Reply, Error> {
         let n = ns_mut(&mut self.namespaces, ns)?;
-        if let Some(s) = n.remove_semaphore(sem) {
-            self.cx.journal.push(Record::SemDel {
-                ns: ns.clone(),
-                name: sem.clone(),
-            });
-            for h in s.holders.iter() {
-                n.leases[h.lease].holds.remove(s.key);
-            }
-            for (&w, waiter) in &s.queue {
-                forget_waiter(&mut self.cx, (n.key, waiter.lease), w, waiter.deadline);
-                self.cx.outbox.push((w, Reply::Error(sem_missing(ns, sem))));
-            }
+        let Some(s) = n.semaphores.get(sem) else {
+            return Ok(Reply::OK);
+        };
+        let parked: Vec<WaiterId> = s.queue.keys().copied().collect();
+        let mut touched = Vec::new();
+        for w in parked {
+            let u = unpark(n, w, &mut self.cx).expect("a queued waiter is parked");
+            self.cx.outbox.push((w, Reply::Error(sem_missing(ns, sem))));
+            touched.extend(u.queues.into_iter().filter(|q| q != sem));
         }
+        let s = n.remove_semaphore(sem).expect("found above");
+        self.cx.journal.push(Record::SemDel {
+            ns: ns.clone(),
+            name: sem.clone(),
+        });
+        for h in s.holders.iter() {
+            n.leases[h.lease].holds.remove(s.key);
+        }
+        serve_many(n, touched, now, &mut self.cx);
         Ok(Reply::OK)
     }
 

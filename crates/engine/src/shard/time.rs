@@ -2,13 +2,13 @@
 //! acquires are taken out from outside (a client gone, CLIENT UNBLOCK).
 
 use super::base::{Cancel, Shard};
-use super::queue::{drop_lease, forget_waiter, serve};
+use super::queue::{drop_lease, serve_many, unpark};
 use crate::error::Error;
 use crate::journal::Record;
 use crate::protocol::Reply;
 use crate::state::WaiterId;
 use crate::types::{Name, Nanos};
-use crate::view::{self, Outcome};
+use crate::view::Outcome;
 
 /// How a parked acquire taken out of its queue is answered.
 pub(super) enum Ending {
@@ -59,9 +59,9 @@ impl Shard {
     pub(super) fn serve_all(&mut self, mut touched: Vec<(Name, Name)>, now: Nanos) {
         touched.sort();
         touched.dedup();
-        for (ns, sem) in touched {
-            if let Some(n) = self.namespaces.get_mut(&ns) {
-                serve(n, &sem, now, &mut self.cx);
+        for group in touched.chunk_by(|a, b| a.0 == b.0) {
+            if let Some(n) = self.namespaces.get_mut(&group[0].0) {
+                serve_many(n, group.iter().map(|(_, s)| s.clone()), now, &mut self.cx);
             }
         }
     }
@@ -84,32 +84,32 @@ impl Shard {
             self.cx.stats.clients_unblocked += 1;
         }
         let touched = self.end_waiter(waiter, ending);
-        self.serve_all(touched.into_iter().collect(), now);
+        self.serve_all(touched, now);
         true
     }
 
-    /// Removes a parked acquire and answers it as `ending` says. Returns the queue it left,
+    /// Removes a parked acquire and answers it as `ending` says. Returns the queues it left,
     /// which the caller must serve.
-    pub(super) fn end_waiter(&mut self, waiter: WaiterId, ending: Ending) -> Option<(Name, Name)> {
-        let (ns, sem) = self.cx.waiter_at.get(&waiter).cloned()?;
+    pub(super) fn end_waiter(&mut self, waiter: WaiterId, ending: Ending) -> Vec<(Name, Name)> {
+        let Some((ns, _)) = self.cx.waiter_at.get(&waiter).cloned() else {
+            return Vec::new();
+        };
         let n = self.namespaces.get_mut(&ns).expect("waiter index is exact");
-        let s = n.semaphores.get_mut(&sem).expect("waiter index is exact");
-        let w = s.queue.remove(&waiter).expect("waiter index is exact");
-        forget_waiter(&mut self.cx, (n.key, w.lease), waiter, w.deadline);
+        let u = unpark(n, waiter, &mut self.cx).expect("just found");
         let reply = match ending {
             Ending::Silent => None,
             Ending::Outcome(o) => {
                 if o == Outcome::TimedOut {
                     self.cx.stats.acquire_timed_out += 1;
                 }
-                Some(view::acquire(o, s, None))
+                Some(u.reply(n, o))
             }
             Ending::Error(e) => Some(Reply::Error(e)),
         };
         if let Some(r) = reply {
             self.cx.outbox.push((waiter, r));
         }
-        Some((ns, sem))
+        u.queues.into_iter().map(|s| (ns.clone(), s)).collect()
     }
 
     /// The wall clock stepped forward `by` (more than the caller's threshold beyond what the

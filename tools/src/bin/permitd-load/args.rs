@@ -24,6 +24,11 @@ pub(crate) type Result<T> = std::result::Result<T, BoxError>;
 pub(crate) enum Target {
     /// permitd's SEM.ACQUIRE / SEM.RELEASE under leases.
     Permitd,
+    /// permitd: one SEM.ACQUIREALL of two semaphores, then a SEM.RELEASE of each.
+    PermitdAll,
+    /// permitd: MULTI, SEM.ACQUIRE of each of two semaphores, EXEC, then a SEM.RELEASE of each
+    /// (what SEM.ACQUIREALL replaces; it never waits, all or none only if both fit).
+    PermitdMulti,
     /// redis-server with redis-compat/lua/{acquire,release}.lua via EVALSHA.
     Lua,
 }
@@ -32,6 +37,8 @@ impl Target {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Target::Permitd => "permitd",
+            Target::PermitdAll => "permitd-all",
+            Target::PermitdMulti => "permitd-multi",
             Target::Lua => "lua",
         }
     }

@@ -43,6 +43,33 @@ pub fn permitd_outcome(reply: &[u8]) -> Result<Outcome> {
     Err(server_error(reply, "SEM.ACQUIRE"))
 }
 
+/// EXEC's array of acquire results: acquired when every one is (else the first other outcome).
+pub fn exec_outcome(reply: &[u8]) -> Result<Outcome> {
+    let mut r = Reader::new(reply);
+    let Ok(Token::Array(Some(n))) = r.token() else {
+        return Err(server_error(reply, "EXEC"));
+    };
+    let mut all = Outcome::Acquired;
+    let mut rest = &reply[r.position()..];
+    for _ in 0..n {
+        let len = permitd_client::resp::reply_len(rest).map_err(|e| format!("EXEC: {e}"))?;
+        let o = permitd_outcome(&rest[..len])?;
+        if all == Outcome::Acquired {
+            all = o;
+        }
+        rest = &rest[len..];
+    }
+    Ok(all)
+}
+
+/// A simple-string reply `want` (`+OK`, `+QUEUED`).
+pub fn simple(reply: &[u8], want: &[u8]) -> Result<()> {
+    match Reader::new(reply).token() {
+        Ok(Token::Simple(s)) if s == want => Ok(()),
+        _ => Err(server_error(reply, "MULTI")),
+    }
+}
+
 /// permitd's release result: the semaphore map.
 pub fn permitd_released(reply: &[u8]) -> Result<()> {
     match Reader::new(reply).token() {

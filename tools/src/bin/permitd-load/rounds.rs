@@ -8,7 +8,10 @@ use permitd_tools::Conn;
 use tokio::net::TcpStream;
 
 use crate::args::{current_thread_runtime, LoadArgs, Result, Target, READ_CHUNK, REPLY_TIMEOUT};
-use crate::replies::{lua_outcome, lua_released, permitd_outcome, permitd_released, pong, Outcome};
+use crate::replies::{
+    exec_outcome, lua_outcome, lua_released, permitd_outcome, permitd_released, pong, simple,
+    Outcome,
+};
 use crate::setup::connect;
 
 /// What one connection sends per round and how it reads the replies.
@@ -85,21 +88,11 @@ async fn drive_rounds(
         for unit in 0..pipeline {
             at.1 = unit;
             match work {
-                Work::Pairs(t) => {
-                    let outcome = match t {
-                        Target::Permitd => conn.next(REPLY_TIMEOUT, permitd_outcome).await??,
-                        Target::Lua => conn.next(REPLY_TIMEOUT, lua_outcome).await??,
-                    };
-                    match outcome {
-                        Outcome::Acquired => round.acquired += 1,
-                        Outcome::Unavailable => round.unavailable += 1,
-                        Outcome::TimedOut => round.timed_out += 1,
-                    }
-                    match t {
-                        Target::Permitd => conn.next(REPLY_TIMEOUT, permitd_released).await??,
-                        Target::Lua => conn.next(REPLY_TIMEOUT, lua_released).await??,
-                    }
-                }
+                Work::Pairs(t) => match read_unit(&mut conn, t).await? {
+                    Outcome::Acquired => round.acquired += 1,
+                    Outcome::Unavailable => round.unavailable += 1,
+                    Outcome::TimedOut => round.timed_out += 1,
+                },
                 Work::Ping => conn.next(REPLY_TIMEOUT, pong).await??,
             }
             round.units += 1;
@@ -111,6 +104,35 @@ async fn drive_rounds(
         at.0 += 1;
     }
     Ok(counts)
+}
+
+/// Reads the replies of one unit of `t` (see `throughput::permitd_unit`); returns how its
+/// acquire ended.
+async fn read_unit(conn: &mut Conn, t: Target) -> Result<Outcome> {
+    let outcome = match t {
+        Target::Lua => {
+            let o = conn.next(REPLY_TIMEOUT, lua_outcome).await??;
+            conn.next(REPLY_TIMEOUT, lua_released).await??;
+            return Ok(o);
+        }
+        Target::Permitd => {
+            let o = conn.next(REPLY_TIMEOUT, permitd_outcome).await??;
+            conn.next(REPLY_TIMEOUT, permitd_released).await??;
+            return Ok(o);
+        }
+        Target::PermitdAll => conn.next(REPLY_TIMEOUT, permitd_outcome).await??,
+        Target::PermitdMulti => {
+            conn.next(REPLY_TIMEOUT, |r| simple(r, b"OK")).await??;
+            for _ in 0..2 {
+                conn.next(REPLY_TIMEOUT, |r| simple(r, b"QUEUED")).await??;
+            }
+            conn.next(REPLY_TIMEOUT, exec_outcome).await??
+        }
+    };
+    for _ in 0..2 {
+        conn.next(REPLY_TIMEOUT, permitd_released).await??;
+    }
+    Ok(outcome)
 }
 
 /// Runs the jobs on `threads` OS threads with one current-thread runtime each; returns the

@@ -35,7 +35,12 @@ pub fn throughput(addr: SocketAddr, a: &ThroughputArgs) -> Result<()> {
         let mut jobs = Vec::with_capacity(c);
         let mut cleanup: Vec<Vec<Vec<u8>>> = Vec::new();
         match a.target {
-            Target::Permitd => {
+            Target::Permitd | Target::PermitdAll | Target::PermitdMulti => {
+                if a.target != Target::Permitd && sems.len() < 2 {
+                    return Err(
+                        format!("--target {} needs --semaphores >= 2", a.target.name()).into(),
+                    );
+                }
                 ensure_namespace(&mut ctl, &a.ns).await?;
                 for s in &sems {
                     create_semaphore(&mut ctl, &a.ns, s, permits).await?;
@@ -50,29 +55,10 @@ pub fn throughput(addr: SocketAddr, a: &ThroughputArgs) -> Result<()> {
                     let lease =
                         create_lease(&mut conn, &a.ns, &format!("permitd-load-{i}"), lease_ttl)
                             .await?;
-                    let sem = &sems[i % sems.len()];
+                    let (s1, s2) = (&sems[i % sems.len()], &sems[(i + 1) % sems.len()]);
                     let mut batch = Vec::new();
                     for _ in 0..p {
-                        encode_request(
-                            &mut batch,
-                            &[
-                                b"SEM.ACQUIRE",
-                                a.ns.as_bytes(),
-                                sem.as_bytes(),
-                                lease.as_bytes(),
-                                b"1",
-                                b"0",
-                            ],
-                        );
-                        encode_request(
-                            &mut batch,
-                            &[
-                                b"SEM.RELEASE",
-                                a.ns.as_bytes(),
-                                sem.as_bytes(),
-                                lease.as_bytes(),
-                            ],
-                        );
+                        permitd_unit(&mut batch, a.target, &a.ns, s1, s2, &lease);
                     }
                     cleanup.push(vec![
                         b"LEASE.REVOKE".to_vec(),
@@ -167,6 +153,50 @@ pub fn throughput(addr: SocketAddr, a: &ThroughputArgs) -> Result<()> {
         ratio
     );
     Ok(())
+}
+
+/// One unit of work against permitd: acquire and release, of `s1` alone (`Permitd`) or of `s1`
+/// and `s2` (`PermitdAll`: one SEM.ACQUIREALL; `PermitdMulti`: two SEM.ACQUIRE in a MULTI).
+fn permitd_unit(batch: &mut Vec<u8>, t: Target, ns: &str, s1: &str, s2: &str, lease: &str) {
+    let (ns, lease) = (ns.as_bytes(), lease.as_bytes());
+    let acquire = |batch: &mut Vec<u8>, s: &str| {
+        encode_request(
+            batch,
+            &[b"SEM.ACQUIRE", ns, s.as_bytes(), lease, b"1", b"0"],
+        );
+    };
+    let release = |batch: &mut Vec<u8>, s: &str| {
+        encode_request(batch, &[b"SEM.RELEASE", ns, s.as_bytes(), lease]);
+    };
+    match t {
+        Target::Permitd => {
+            acquire(batch, s1);
+            release(batch, s1);
+            return;
+        }
+        Target::PermitdAll => encode_request(
+            batch,
+            &[
+                b"SEM.ACQUIREALL",
+                ns,
+                lease,
+                b"0",
+                s1.as_bytes(),
+                b"1",
+                s2.as_bytes(),
+                b"1",
+            ],
+        ),
+        Target::PermitdMulti => {
+            encode_request(batch, &[b"MULTI"]);
+            acquire(batch, s1);
+            acquire(batch, s2);
+            encode_request(batch, &[b"EXEC"]);
+        }
+        Target::Lua => unreachable!("lua units are EVALSHA calls"),
+    }
+    release(batch, s1);
+    release(batch, s2);
 }
 
 fn lua_keys(prefix: &str, sem: &str) -> (String, String) {
