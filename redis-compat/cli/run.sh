@@ -66,9 +66,11 @@ no() { OUT="${OUT:+$OUT
 value_after() { awk -v k="$1" 'found { print; exit } $0 == k { found = 1 }'; }
 # Every line after a line equal to $1.
 values_after() { awk -v k="$1" 'found { print; found = 0; next } $0 == k { found = 1 }'; }
-has_line() { printf '%s\n' "$1" | grep -qxF -- "$2"; }
-has() { printf '%s\n' "$1" | grep -qF -- "$2"; }
-has_re() { printf '%s\n' "$1" | grep -Eq -- "$2"; }
+# Here-strings, not pipes: grep -q stops at the first match, and under pipefail the printf it
+# left writing a long output (COMMAND INFO) failed with SIGPIPE, now and then, on a loaded CI.
+has_line() { grep -qxF -- "$2" <<<"$1"; }
+has() { grep -qF -- "$2" <<<"$1"; }
+has_re() { grep -Eq -- "$2" <<<"$1"; }
 
 # Replaces what changes from run to run, so outputs can be diffed: lease ids, namespace names,
 # nanosecond timestamps (19-digit integers) and fencing tokens (a counter that depends on what
@@ -153,7 +155,7 @@ check_oneshot_resp3_raw() {
     # raw RESP3 maps: one "key value" pair a line
     OUT=$(cli -3 NS.GET "$NS") || return 1
     has_line "$OUT" "name $NS" && has_line "$OUT" "description redis-cli suite" &&
-        has_line "$OUT" "version 1" && printf '%s\n' "$OUT" | grep -Eq '^created_at 1[0-9]{18}$'
+        has_line "$OUT" "version 1" && grep -Eq '^created_at 1[0-9]{18}$' <<<"$OUT"
 }
 
 check_errors() {
@@ -184,7 +186,7 @@ check_x_stdin_arg() {
 
 check_repeat() {
     OUT=$(cli -r 3 -i 0.05 SEM.GET "$NS" fmt) || return 1
-    [ "$(printf '%s\n' "$OUT" | grep -cx fmt)" -eq 3 ]
+    [ "$(grep -cx fmt <<<"$OUT")" -eq 3 ]
 }
 
 # --- scripts through stdin --------------------------------------------------------------------
@@ -291,11 +293,11 @@ check_command_info() {
 
 check_info() {
     OUT=$(cli INFO | tr -d '\r') || return 1
-    has_line "$OUT" '# Server' && printf '%s\n' "$OUT" | grep -q '^redis_version:' &&
-        has_line "$OUT" '# Semaphores' && printf '%s\n' "$OUT" | grep -Eq '^namespaces:[0-9]+$' &&
-        printf '%s\n' "$OUT" | grep -Eq '^waiters:[0-9]+$' &&
-        printf '%s\n' "$OUT" | grep -Eq '^blocked_clients:[0-9]+$' &&
-        printf '%s\n' "$OUT" | grep -Eq '^acquire_acquired:[0-9]+$' &&
+    has_line "$OUT" '# Server' && grep -q '^redis_version:' <<<"$OUT" &&
+        has_line "$OUT" '# Semaphores' && grep -Eq '^namespaces:[0-9]+$' <<<"$OUT" &&
+        grep -Eq '^waiters:[0-9]+$' <<<"$OUT" &&
+        grep -Eq '^blocked_clients:[0-9]+$' <<<"$OUT" &&
+        grep -Eq '^acquire_acquired:[0-9]+$' <<<"$OUT" &&
         has_line "$OUT" 'loading:0' || return 1
     OUT=$(cli --no-raw CONFIG GET save) && has "$OUT" '"save"' || return 1
     OUT=$(cli CONFIG GET port) && [ "$(printf '%s\n' "$OUT" | value_after port)" = "$PORT" ]
@@ -304,8 +306,8 @@ check_info() {
 check_stat_mode() {
     # redis-cli --stat polls INFO (memory, clients, blocked, requests, connections)
     OUT=$(timeout 3 stdbuf -o0 redis-cli -h "$HOST" -p "$PORT" "${AUTH_ARGS[@]}" --no-auth-warning --stat -i 0.5 2>&1)
-    printf '%s\n' "$OUT" | grep -q 'keys *mem *clients *blocked *requests *connections' &&
-        printf '%s\n' "$OUT" | grep -Eq '^[0-9]+ +[0-9.]+[KMG]? +[0-9]+ +[0-9]+ +[0-9]+ \(\+[0-9]+\) +[0-9]+'
+    grep -q 'keys *mem *clients *blocked *requests *connections' <<<"$OUT" &&
+        grep -Eq '^[0-9]+ +[0-9.]+[KMG]? +[0-9]+ +[0-9]+ +[0-9]+ \(\+[0-9]+\) +[0-9]+' <<<"$OUT"
 }
 
 # --- blocking -----------------------------------------------------------------------------------
