@@ -223,3 +223,40 @@ fn figures_add_up_over_the_shard_threads() {
     assert_eq!(counts(&cmdstat(&mut con, "sem.get").unwrap()), (2, 0, 2));
     assert_eq!(errorstat(&mut con, "NOTFOUND").as_deref(), Some("count=2"));
 }
+
+/// CONFIG RESETSTAT starts every thread's figures again from zero, as in Redis: what ran before
+/// is gone from commandstats, errorstats and latencystats; the reset itself is counted after it.
+#[test]
+fn config_resetstat_starts_the_figures_again() {
+    let s = Server::start();
+    let mut con = s.conn();
+    for shard in 0..2 {
+        let ns = namespace_on(shard, "reset");
+        ok(&mut con, &["NS.CREATE", &ns]);
+        ok(&mut con, &["NS.GET", &ns]);
+    }
+    fails(&mut con, &["NS.GET", "nosuch"]);
+    assert!(cmdstat(&mut con, "ns.get").is_some());
+    assert!(errorstat(&mut con, "NOTFOUND").is_some());
+    assert_eq!(text(&ok(&mut con, &["CONFIG", "RESETSTAT"])), "OK");
+    let all = text(&ok(&mut con, &["INFO", "commandstats"]));
+    let lines: Vec<&str> = all
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| l.starts_with("cmdstat_"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{all}");
+    assert!(
+        lines[0].starts_with("cmdstat_config|resetstat:calls=1,"),
+        "{all}"
+    );
+    assert_eq!(errorstat(&mut con, "NOTFOUND"), None);
+    assert_eq!(
+        stat(&mut con, "latencystats", "latency_percentiles_usec_ns.get"),
+        None
+    );
+    assert_eq!(
+        stat(&mut con, "stats", "total_error_replies").as_deref(),
+        Some("0")
+    );
+}

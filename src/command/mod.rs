@@ -139,6 +139,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::Debug => surface::debug(a).map(Request::Session),
         C::Time => session(S::Time),
         C::Monitor => Ok(Request::Monitor),
+        C::ConfigResetStat => Ok(Request::ResetStat),
         C::SlowlogGet => surface::slowlog_get(a).map(Request::Session),
         C::SlowlogLen => session(S::SlowlogLen),
         C::SlowlogReset => session(S::SlowlogReset),

@@ -25,6 +25,8 @@ pub enum Request {
     },
     /// `MONITOR`: the connection shows every command from then on.
     Monitor,
+    /// `CONFIG RESETSTAT`: every thread's per-command statistics start again from zero.
+    ResetStat,
     /// A connection- or server-level command, answered by the connection's session.
     Session(SessionRequest),
 }

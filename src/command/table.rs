@@ -68,6 +68,7 @@ pub enum Cmd {
     AclSave,
     Config,
     ConfigGet,
+    ConfigResetStat,
     Shutdown,
     Debug,
     Time,
@@ -762,15 +763,25 @@ static CLUSTER_SUBS: &[CommandSpec] = &[
     },
 ];
 
-static CONFIG_SUBS: &[CommandSpec] = &[CommandSpec {
-    name: "config|get",
-    cmd: Cmd::ConfigGet,
-    arity: -3,
-    summary: "Returns the effective values of server options.",
-    complexity: "O(N), N the options",
-    args: &[arg("parameter", ArgType::String).multiple()],
-    ..ADMIN
-}];
+static CONFIG_SUBS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "config|get",
+        cmd: Cmd::ConfigGet,
+        arity: -3,
+        summary: "Returns the effective values of server options.",
+        complexity: "O(N), N the options",
+        args: &[arg("parameter", ArgType::String).multiple()],
+        ..ADMIN
+    },
+    CommandSpec {
+        name: "config|resetstat",
+        cmd: Cmd::ConfigResetStat,
+        arity: 2,
+        summary: "Resets the per-command statistics (INFO commandstats, errorstats, latencystats).",
+        complexity: "O(1)",
+        ..ADMIN
+    },
+];
 
 static SLOWLOG_SUBS: &[CommandSpec] = &[
     CommandSpec {

@@ -314,6 +314,10 @@ impl Dispatch {
                 }
             }
             Request::Info(sections) => info_reply(conn, &sections, None).await,
+            Request::ResetStat => {
+                conn.g.ask_all(|reply| ShardMsg::ResetStats { reply }).await;
+                Reply::OK
+            }
             Request::Monitor => {
                 conn.monitor = Some(conn.g.monitors.add());
                 Reply::OK

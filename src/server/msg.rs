@@ -129,6 +129,11 @@ pub enum ShardMsg {
         /// This shard's candidates.
         reply: oneshot::Sender<Durable<NsPart>>,
     },
+    /// Start the per-command statistics again from zero (CONFIG RESETSTAT).
+    ResetStats {
+        /// Told once done.
+        reply: oneshot::Sender<()>,
+    },
     /// Counters and sizes for INFO.
     Info {
         /// Whether to include the latency histograms (INFO latencystats).

@@ -507,6 +507,10 @@ impl ShardCtx {
                 let _ = reply.send(Durable { value: part, lsn });
                 self.settle();
             }
+            ShardMsg::ResetStats { reply } => {
+                self.stats.replace(CommandStats::default());
+                let _ = reply.send(());
+            }
             ShardMsg::Info { latency, reply } => {
                 let _ = reply.send(self.info_part(self.now(), latency));
                 self.settle();

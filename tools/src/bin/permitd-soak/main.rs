@@ -21,8 +21,8 @@
 //! At the end: INFO shows no waiter and no blocked client and exactly the open connections,
 //! every semaphore's `active_holds` is the sum of its holders (read atomically in MULTI), no
 //! listed lease is dead, revoking every lease frees every permit, and once the load's
-//! connections are closed the server's RSS is within `--rss-tolerance` of its level before the
-//! load. One summary line goes to stdout; the exit code is 1 on any violation.
+//! connections are closed (and the slow log and statistics reset) the server's RSS is within
+//! `--rss-tolerance` of its level before the load. One summary line goes to stdout; the exit code is 1 on any violation.
 
 mod checks;
 mod conn;
