@@ -4,6 +4,8 @@
 pub mod args;
 pub mod docs;
 mod engine;
+#[cfg(test)]
+pub(crate) use engine::one_of_each;
 pub mod request;
 pub mod slot;
 mod surface;
