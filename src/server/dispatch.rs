@@ -578,12 +578,18 @@ async fn ns_list<S: Transport>(
     for (shard, Durable { value, lsn }) in answers {
         // The page may show changes of that shard that are not durable yet.
         conn.note(shard, lsn);
-        match known.take_if(|(s, _)| *s == shard) {
-            Some((_, part)) => parts.push(part),
-            None => parts.push(value),
-        }
+        parts.push(known_or(&mut known, shard, value));
     }
     ns_page_reply(merge_ns_pages(parts, &page))
+}
+
+/// Shard `shard`'s part: `known`'s when it is that shard's (taken inside a transaction, at its
+/// place), else the one just asked for.
+fn known_or<T>(known: &mut Option<(usize, T)>, shard: usize, asked: T) -> T {
+    match known.take_if(|(s, _)| *s == shard) {
+        Some((_, part)) => part,
+        None => asked,
+    }
 }
 
 /// INFO: every shard's figures, added up; `known`, a shard's figures already taken (inside a
@@ -600,10 +606,7 @@ async fn info_reply<S: Transport>(
         .await;
     let parts: Vec<_> = answers
         .into_iter()
-        .map(|(shard, p)| match known.take_if(|(s, _)| *s == shard) {
-            Some((_, part)) => part,
-            None => p,
-        })
+        .map(|(shard, p)| known_or(&mut known, shard, p))
         .collect();
     let totals = info::sum(&parts);
     Reply::Verbatim(info::info_text(&conn.g, sections, totals).into())

@@ -84,8 +84,8 @@ struct Parked {
     /// The LSN of the change it parked with (it moves the semaphore's `last_activity_at`): it
     /// stays parked through a roll-back only if that change was saved.
     lsn: u64,
-    /// When it parked, and on which semaphore: `/metrics` shows the oldest wait and the waits
-    /// that ended in a grant.
+    /// When it parked, and on which semaphore (with `--metrics-port` only): `/metrics` shows
+    /// the oldest wait and the waits that ended in a grant.
     since: Instant,
     sem: Option<SemKey>,
 }
@@ -263,7 +263,12 @@ impl ShardCtx {
                     return Done::Killed;
                 }
                 let (tx, rx) = oneshot::channel();
-                let sem = self.engine.borrow().waiter_semaphore(id).cloned();
+                // Only the wait histograms of `/metrics` need it (count_ended_wait).
+                let sem = self
+                    .global
+                    .config
+                    .metrics_port
+                    .and_then(|_| self.engine.borrow().waiter_semaphore(id).cloned());
                 let since = Instant::now();
                 let p = Parked {
                     tx,
@@ -434,7 +439,7 @@ impl ShardCtx {
     fn count_ended_wait(&self, p: &Parked, reply: &Reply) {
         if let Reply::Error(e) = reply {
             self.stats.borrow_mut().failed_later("sem.acquire", e);
-        } else if let (Some(sem), true) = (&p.sem, self.global.config.metrics_port.is_some()) {
+        } else if let Some(sem) = &p.sem {
             if is_acquired(reply) {
                 let cap = self.global.config.metrics_max_semaphores;
                 let waited = p.since.elapsed().as_secs_f64();
