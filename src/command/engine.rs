@@ -262,61 +262,10 @@ pub fn name_of(r: &E) -> &'static str {
     }
 }
 
-/// One parsed request of each engine command, in the table's order, with its table entry:
-/// the tests that hold a property of a request to the table (its name here, its write flag in
-/// persist's) share it. It checks that no engine command of the table is missing.
-#[cfg(test)]
-pub(crate) fn one_of_each() -> Vec<(&'static super::CommandSpec, E)> {
-    let lease = "ls_0123456789abcdefghijklmnopqr";
-    let lines = [
-        "NS.CREATE a".to_string(),
-        "NS.GET a".into(),
-        "NS.LIST".into(),
-        "NS.UPDATE a VERSION 1".into(),
-        "NS.DELETE a".into(),
-        "SEM.CREATE a s 1".into(),
-        "SEM.GET a s".into(),
-        "SEM.LIST a".into(),
-        "SEM.UPDATE a s 1 VERSION 1".into(),
-        "SEM.DELETE a s".into(),
-        format!("SEM.ACQUIRE a s {lease} 1 0"),
-        format!("SEM.ACQUIREALL a {lease} 0 s 1"),
-        format!("SEM.RELEASE a s {lease}"),
-        "SEM.HOLDERS a s".into(),
-        "SEM.WAITERS a s".into(),
-        "LEASE.CREATE a p 10".into(),
-        format!("LEASE.GET a {lease}"),
-        "LEASE.LIST a".into(),
-        format!("LEASE.REFRESH a {lease} 10"),
-        format!("LEASE.REVOKE a {lease}"),
-    ];
-    let limits = Limits::default();
-    let parsed: Vec<_> = lines
-        .iter()
-        .map(|line| {
-            let argv: Vec<Bytes> = line
-                .split(' ')
-                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-                .collect();
-            let spec = super::resolve(&argv).unwrap();
-            let Ok(super::Request::Engine(r)) = super::parse(spec, &argv, &limits) else {
-                panic!("{line} is not an engine request");
-            };
-            (spec, r)
-        })
-        .collect();
-    let names: Vec<&str> = parsed.iter().map(|(spec, _)| spec.name).collect();
-    let engine: Vec<&str> = super::table::all_specs()
-        .filter(|s| s.group == "semaphore")
-        .map(|s| s.name)
-        .collect();
-    assert_eq!(names, engine, "one of each engine command of the table");
-    parsed
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::one_of_each;
 
     #[test]
     fn each_request_is_named_as_the_command_it_came_from() {
