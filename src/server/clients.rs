@@ -33,8 +33,8 @@ use crate::protocol::Proto;
 
 /// Registered connections at which a rise counts as a burst (checked as each registers, so a
 /// fast burst is not missed while the shards catch up with the accepts): what lives from before
-/// it is then kept apart from what the burst allocates (see [`crate::alloc`]). The next burst
-/// counts once connections are back below half of this at a trim. Low, because what the burst's
+/// it is then kept apart from what the burst allocates (see [`crate::alloc`]). The burst ends,
+/// and the next one can count, once connections are back below half of this. Low, because what the burst's
 /// first connections allocate before the switch lands in the old heap: `scripts/soak` 120 s
 /// left 580 kB above the level before the load at 64, 448 kB at 16 (one run each).
 const BURST_CONNECTIONS: usize = 16;
@@ -364,11 +364,6 @@ impl Registry {
         self.shared.entries().len()
     }
 
-    /// Whether connections are back below half a burst, so that the next burst counts again.
-    pub fn burst_is_over(&self) -> bool {
-        self.count() < BURST_CONNECTIONS / 2
-    }
-
     /// Connected clients served by shard thread `shard`.
     pub fn count_on_shard(&self, shard: usize) -> usize {
         let entries = self.shared.entries();
@@ -450,7 +445,14 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.shared.entries().remove(&self.client.id);
+        let left = {
+            let mut entries = self.shared.entries();
+            entries.remove(&self.client.id);
+            entries.len()
+        };
+        if left < BURST_CONNECTIONS / 2 {
+            crate::alloc::rearm();
+        }
     }
 }
 

@@ -148,9 +148,6 @@ async fn accept_loop(
             _ = shutdown.wait_for(|s| *s) => break,
             _ = global.acceptor_trim_asked() => {
                 crate::alloc::trim();
-                if global.clients.burst_is_over() {
-                    crate::alloc::rearm();
-                }
             }
             accepted = accept_either(&listener, tls_listener.as_ref()) => {
                 let (accepted, tls) = accepted;
