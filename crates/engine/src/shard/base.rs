@@ -346,10 +346,15 @@ impl Shard {
     }
 
     pub(super) fn sem(&self, ns: &Name, sem: &Name) -> Result<&Semaphore, Error> {
-        self.ns(ns)?
-            .semaphores
-            .get(sem)
-            .ok_or_else(|| sem_missing(ns, sem))
+        Ok(self.ns_sem(ns, sem)?.1)
+    }
+
+    /// Semaphore `sem` with its namespace `ns`, whose leases a listing of holders or waiters
+    /// reads.
+    pub(super) fn ns_sem(&self, ns: &Name, sem: &Name) -> Result<(&Namespace, &Semaphore), Error> {
+        let n = self.ns(ns)?;
+        let s = n.semaphores.get(sem).ok_or_else(|| sem_missing(ns, sem))?;
+        Ok((n, s))
     }
 }
 
