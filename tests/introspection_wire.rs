@@ -10,10 +10,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::*;
 use redis::Value;
 
-fn strings(v: &Value) -> Vec<String> {
-    items(v).iter().map(text).collect()
-}
-
 fn list(con: &mut redis::Connection, args: &[&str]) -> Vec<String> {
     let mut all = vec!["COMMAND", "LIST"];
     all.extend_from_slice(args);
