@@ -80,7 +80,7 @@ pub enum SessionRequest {
     ClientSetInfo {
         /// True for LIB-NAME, false for LIB-VER.
         lib_name: bool,
-        /// Value.
+        /// The library's name or version, shown in CLIENT LIST's `lib-name`/`lib-ver`.
         value: Bytes,
     },
     /// `CLIENT INFO`.

@@ -19,7 +19,8 @@ use crate::types::{FencingToken, LeaseId, Limits, Name, Nanos};
 /// What a request did: answered now, or parked until its outbox reply.
 #[derive(Debug, PartialEq)]
 pub enum Exec {
-    /// The reply.
+    /// Answered at once: the reply to send (a grant, UNAVAILABLE, an error, any other
+    /// command's reply).
     Reply(Reply),
     /// The acquire waits; its reply will come through the outbox under this id.
     Parked(WaiterId),
