@@ -741,7 +741,9 @@ static CLUSTER_SUBS: &[CommandSpec] = &[
     CommandSpec {
         name: "cluster|info",
         cmd: Cmd::ClusterInfo,
-        summary: "Returns the cluster's state (ok while a leader serves the slots).",
+        summary: "Returns the cluster's state in Redis 7.0's fields (cluster_state is ok while a \
+                  leader serves the slots); as in Redis 7.0, cluster_enabled:1 is in INFO \
+                  cluster, not here.",
         complexity: "O(1)",
         ..CLUSTER
     },
