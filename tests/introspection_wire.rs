@@ -131,6 +131,13 @@ fn client_kill_rejects_bad_filters_and_kills_nobody() {
         // which killed every other client.
         (&["maxage", "10"], "ERR syntax error"),
         (&["skipme", "yes", "maxage", "10"], "ERR syntax error"),
+        // Redis checks a USER as it reaches its pair: an unknown one before a bad pair is the
+        // answer.
+        (&["user", "nosuch", "bogus", "x"], "ERR No such user 'nosuch'"),
+        (&["user", "nosuch", "id", "0"], "ERR No such user 'nosuch'"),
+        // The old form: an address no client has, however malformed.
+        (&["000.123.321.567:0000"], "ERR No such client"),
+        (&["127.0.0.1:"], "ERR No such client"),
     ];
     for (words, want) in cases {
         let mut args = vec!["CLIENT", "KILL"];

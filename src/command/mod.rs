@@ -111,7 +111,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::ClientSetInfo => surface::client_setinfo(a).map(Request::Session),
         C::ClientInfo => session(S::ClientInfo),
         C::ClientList => surface::client_list(a).map(Request::Session),
-        C::ClientKill => surface::client_kill(&a[2..]).map(|f| Request::Session(S::ClientKill(f))),
+        C::ClientKill => Ok(Request::Session(surface::client_kill(&a[2..]))),
         C::ClientUnblock => surface::client_unblock(a),
         C::ClientNoEvict | C::ClientNoTouch => surface::client_switch(a).map(Request::Session),
         C::ClientMaintNotifications => surface::client_maint_notifications(a).map(Request::Session),

@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use crate::engine::request::EngineRequest;
 use crate::engine::types::Nanos;
+use crate::error::Error;
 
 /// A validated request of any kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,8 +88,14 @@ pub enum SessionRequest {
     ClientInfo,
     /// `CLIENT LIST [TYPE type | ID id ...]`.
     ClientList(ClientListing),
-    /// `CLIENT KILL ...`.
-    ClientKill(KillFilter),
+    /// `CLIENT KILL ...`, parsed as far as its first bad word.
+    ClientKill {
+        /// The filters of the pairs before the first bad one (all of them when none is bad).
+        filter: KillFilter,
+        /// The first bad pair's error. Redis 7.0 checks that a USER exists as it parses its
+        /// pair, so the server answers this only once each of `filter.users` exists.
+        error: Option<Error>,
+    },
     /// A command accepted for compatibility that changes nothing here, answered `+OK`:
     /// `READONLY`, `READWRITE` (every node serves reads and writes alike, SPEC §10),
     /// `CLIENT NO-EVICT|NO-TOUCH on|off` (no client is evicted, no key has an LRU clock) and
@@ -205,8 +212,8 @@ pub struct KillFilter {
     pub addr: Option<Bytes>,
     /// `LADDR ip:port`.
     pub laddr: Option<Bytes>,
-    /// `USER name`.
-    pub user: Option<Bytes>,
+    /// Every `USER name`, in order: each must name a user, and a client matches the last.
+    pub users: Vec<Bytes>,
     /// `TYPE type`.
     pub kind: Option<ClientType>,
     /// `SKIPME yes|no` (default yes).

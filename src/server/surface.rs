@@ -64,7 +64,7 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         }
         Request::ClientInfo => Reply::Verbatim(format!("{}\n", s.client().info_line()).into()),
         Request::ClientList(listing) => client_list(g, &listing),
-        Request::ClientKill(f) => client_kill(s, g, &f),
+        Request::ClientKill { filter, error } => client_kill(s, g, &filter, error),
         Request::Accepted => Reply::OK,
         Request::ClientUnsupported(what) => Reply::Error(Error::Err(format!(
             "permitd does not support {what} (CLIENT TRACKING and related subcommands)"
@@ -215,16 +215,21 @@ fn client_list(g: &Global, listing: &ClientListing) -> Reply {
     Reply::Verbatim(text.into())
 }
 
-/// CLIENT KILL. The caller, when it matches and SKIPME does not spare it, is not killed at once
-/// like the others but closed once its reply is written, as Redis closes it after the reply.
-fn client_kill(s: &mut Session, g: &Global, f: &KillFilter) -> Reply {
-    if let Some(u) = &f.user {
+/// CLIENT KILL. An unknown user, then the error of the pair that stopped the parse, refuse it,
+/// in Redis 7.0's order (see [`KillFilter::users`]). The caller, when it matches and SKIPME
+/// does not spare it, is not killed at once like the others but closed once its reply is
+/// written, as Redis closes it after the reply.
+fn client_kill(s: &mut Session, g: &Global, f: &KillFilter, error: Option<Error>) -> Reply {
+    for u in &f.users {
         if g.acl.get(&String::from_utf8_lossy(u)).is_none() {
             return Reply::Error(Error::Err(format!(
                 "No such user '{}'",
                 String::from_utf8_lossy(u)
             )));
         }
+    }
+    if let Some(e) = error {
+        return Reply::Error(e);
     }
     let matches = |c: &Client| {
         f.id.is_none_or(|id| id == c.id())
@@ -234,7 +239,7 @@ fn client_kill(s: &mut Session, g: &Global, f: &KillFilter) -> Reply {
             && f.laddr
                 .as_ref()
                 .is_none_or(|a| a.as_ref() == c.laddr().to_string().as_bytes())
-            && f.user.as_ref().is_none_or(|u| *u == c.user())
+            && f.users.last().is_none_or(|u| *u == c.user())
             && of_type(f.kind)
     };
     let me = s.client().clone();
