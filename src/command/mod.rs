@@ -154,6 +154,8 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::ClusterMyId => session(S::ClusterMyId),
         C::ClusterKeySlot => session(S::ClusterKeySlot(slot::key_slot(&a[2]))),
         C::ReadOnly | C::ReadWrite => session(S::Accepted),
+        // Every HELP entry is named `container|help`.
+        C::Help => session(S::Help(spec.name.split('|').next().unwrap_or(spec.name))),
         C::Multi => Ok(Request::Txn(Txn::Multi)),
         C::Exec => Ok(Request::Txn(Txn::Exec)),
         C::Discard => Ok(Request::Txn(Txn::Discard)),

@@ -170,6 +170,8 @@ pub enum SessionRequest {
     DebugClockStep(Nanos),
     /// `DEBUG HELP`.
     DebugHelp,
+    /// `<container> HELP` (`CLIENT HELP`, `CLUSTER HELP`, ...), by the container's name.
+    Help(&'static str),
 }
 
 /// A client type, as `CLIENT LIST TYPE` and `CLIENT KILL TYPE` name it (`slave` and `replica`

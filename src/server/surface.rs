@@ -3,6 +3,7 @@
 //! connection's [`Session`] and the shared state, on the connection's own thread, and never
 //! wait: what needs the shards (NS.LIST, INFO) is dispatch.rs's.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -24,7 +25,7 @@ use crate::protocol::{Proto, Reply};
 /// Runs a connection- or server-level command; `None` when nothing is to be answered.
 pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
     Some(match req {
-        Request::Ping(None) => Reply::Simple("PONG"),
+        Request::Ping(None) => Reply::simple("PONG"),
         Request::Ping(Some(m)) | Request::Echo(m) => Reply::Bulk(m),
         Request::Quit => {
             s.close = true;
@@ -32,7 +33,7 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         }
         Request::Reset => {
             s.reset(&g.acl);
-            Reply::Simple("RESET")
+            Reply::simple("RESET")
         }
         Request::Select(0) => Reply::OK,
         Request::Select(_) => Reply::Error(Error::Err("DB index is out of range".into())),
@@ -128,7 +129,8 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
             return None;
         }
         Request::DebugPanic => debug_panic(),
-        Request::DebugHelp => Reply::Array(DEBUG_HELP.iter().map(|l| Reply::Simple(l)).collect()),
+        Request::DebugHelp => docs::help("debug", DEBUG_HELP.iter().map(|l| Cow::Borrowed(*l))),
+        Request::Help(container) => docs::container_help(container),
         Request::DebugClockStep(by) => {
             tracing::warn!(
                 client = s.client().id(),
@@ -150,15 +152,12 @@ fn debug_panic() -> ! {
     panic!("DEBUG PANIC called at Unix time {now}");
 }
 
-/// The DEBUG HELP lines (status replies, in Redis's layout).
+/// DEBUG's subcommands, as DEBUG HELP lists them (DEBUG is no container of the table).
 const DEBUG_HELP: &[&str] = &[
-    "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "PANIC",
     "    Crash the server (the process exits; a restart replays its log).",
     "CLOCK-STEP <seconds>",
     "    Move the server's wall clock by <seconds> (negative: back), as an NTP step would.",
-    "HELP",
-    "    Print this help.",
 ];
 
 fn hello(
