@@ -43,10 +43,6 @@ fn acquire(
     )
 }
 
-fn outcome(reply: &Value) -> String {
-    text(&field(reply, "outcome"))
-}
-
 fn token(reply: &Value) -> i64 {
     int(&field(reply, "fencing_token"))
 }
@@ -66,52 +62,6 @@ fn holder_leases(con: &mut redis::Connection, ns: &str, sem: &str) -> Vec<String
         .iter()
         .map(|h| text(&field(h, "lease_id")))
         .collect()
-}
-
-/// One `name:value` integer line of INFO.
-fn info_int(con: &mut redis::Connection, name: &str) -> i64 {
-    let info = text(&ok(con, &["INFO"]));
-    let prefix = format!("{name}:");
-    info.lines()
-        .find_map(|l| l.trim_end().strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("INFO has no {name:?} line:\n{info}"))
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("INFO {name} is not an integer:\n{info}"))
-}
-
-/// The result of an acquire run on its own connection, and how long it took.
-type Parked = thread::JoinHandle<(redis::RedisResult<Value>, Duration)>;
-
-/// Runs `SEM.ACQUIRE ns sem lease weight timeout` on connection `con` in a thread.
-fn park_on(
-    mut con: redis::Connection,
-    ns: &str,
-    sem: &str,
-    lease: &str,
-    weight: u32,
-    timeout: &str,
-) -> Parked {
-    let (ns, sem, lease, timeout) = (
-        ns.to_string(),
-        sem.to_string(),
-        lease.to_string(),
-        timeout.to_string(),
-    );
-    thread::spawn(move || {
-        let t0 = Instant::now();
-        let r = acquire(&mut con, &ns, &sem, &lease, weight, &timeout);
-        (r, t0.elapsed())
-    })
-}
-
-/// Like `park_on` with a new connection to `server`.
-fn park(server: &Server, ns: &str, sem: &str, lease: &str, weight: u32, timeout: &str) -> Parked {
-    park_on(server.conn(), ns, sem, lease, weight, timeout)
-}
-
-fn join(h: Parked) -> (redis::RedisResult<Value>, Duration) {
-    h.join().expect("waiter thread panicked")
 }
 
 /// Joins a waiter that must have been granted; returns the reply and elapsed time.

@@ -376,10 +376,6 @@ fn conn_on_shard_of(server: &Server, ns: &str) -> redis::Connection {
     c
 }
 
-fn outcome(reply: &redis::Value) -> String {
-    text(&field(reply, "outcome"))
-}
-
 /// A semaphore `sem` of 1 permit in namespace `ns`, held by `holder`, and a client parked on it
 /// (its connection, in a thread, gives back the acquire's result).
 struct ParkedWaiter {

@@ -9,10 +9,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::Value;
 
-fn strings(v: &Value) -> Vec<String> {
-    items(v).iter().map(text).collect()
-}
-
 /// Parses one `CLIENT LIST` / `CLIENT INFO` line into its `key=value` pairs, in order.
 fn client_line(line: &str) -> Vec<(String, String)> {
     line.split(' ')

@@ -10,10 +10,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::*;
 use redis::Value;
 
-fn strings(v: &Value) -> Vec<String> {
-    items(v).iter().map(text).collect()
-}
-
 fn list(con: &mut redis::Connection, args: &[&str]) -> Vec<String> {
     let mut all = vec!["COMMAND", "LIST"];
     all.extend_from_slice(args);
@@ -105,6 +101,39 @@ fn command_list_names_subcommands_and_filters_as_redis() {
 }
 
 #[test]
+fn every_container_answers_the_help_its_errors_point_to() {
+    let s = Server::start();
+    for mut con in [s.conn(), s.conn_resp3()] {
+        for container in [
+            "CLIENT", "CLUSTER", "COMMAND", "ACL", "CONFIG", "SLOWLOG", "LATENCY",
+        ] {
+            let hint = fails(&mut con, &[container, "NOSUCH"]);
+            assert!(hint.ends_with(&format!("Try {container} HELP.")), "{hint}");
+            // Redis's layout: a header naming the command, two lines per subcommand, HELP's
+            // own two last; every line a status reply.
+            let help = items(&ok(&mut con, &[container, "help"]));
+            assert!(
+                help.iter().all(|l| matches!(l, Value::SimpleString(_))),
+                "{help:?}"
+            );
+            let lines = strings(&ok(&mut con, &[container, "HELP"]));
+            assert_eq!(
+                lines[0],
+                format!("{container} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:")
+            );
+            assert_eq!(lines[lines.len() - 2..], ["HELP", "    Prints this help."]);
+            assert!(lines.len() > 3 && lines.len() % 2 == 1, "{lines:?}");
+        }
+        let client = strings(&ok(&mut con, &["CLIENT", "HELP"]));
+        assert!(client.iter().any(|l| l.starts_with("KILL ")), "{client:?}");
+        assert_eq!(
+            list(&mut con, &["FILTERBY", "PATTERN", "cl*help"]),
+            ["client|help", "cluster|help"]
+        );
+    }
+}
+
+#[test]
 fn client_kill_rejects_bad_filters_and_kills_nobody() {
     let s = Server::start();
     let mut con = s.conn();
@@ -135,6 +164,16 @@ fn client_kill_rejects_bad_filters_and_kills_nobody() {
         // which killed every other client.
         (&["maxage", "10"], "ERR syntax error"),
         (&["skipme", "yes", "maxage", "10"], "ERR syntax error"),
+        // Redis checks a USER as it reaches its pair: an unknown one before a bad pair is the
+        // answer.
+        (
+            &["user", "nosuch", "bogus", "x"],
+            "ERR No such user 'nosuch'",
+        ),
+        (&["user", "nosuch", "id", "0"], "ERR No such user 'nosuch'"),
+        // The old form: an address no client has, however malformed.
+        (&["000.123.321.567:0000"], "ERR No such client"),
+        (&["127.0.0.1:"], "ERR No such client"),
     ];
     for (words, want) in cases {
         let mut args = vec!["CLIENT", "KILL"];

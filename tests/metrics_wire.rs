@@ -76,20 +76,6 @@ fn value(m: &BTreeMap<String, f64>, series: &str) -> f64 {
     m.get(series).copied().unwrap_or(0.0)
 }
 
-/// Parks `SEM.ACQUIRE shop pool <lease> 1 <timeout>` on a connection of its own; the thread
-/// returns the outcome.
-fn park(s: &Server, lease: &str, timeout: &str) -> thread::JoinHandle<String> {
-    let mut con = s.conn();
-    let (lease, timeout) = (lease.to_string(), timeout.to_string());
-    thread::spawn(move || {
-        let r = ok(
-            &mut con,
-            &["SEM.ACQUIRE", "shop", "pool", &lease, "1", &timeout],
-        );
-        text(&field(&r, "outcome"))
-    })
-}
-
 #[test]
 fn metrics_follow_parks_grants_and_time_outs() {
     let (s, port) = start(&[]);
@@ -114,7 +100,7 @@ fn metrics_follow_parks_grants_and_time_outs() {
     );
 
     // A waiter parks: the gauges rise, and its wait ages.
-    let granted = park(&s, &waiter, "60");
+    let granted = park(&s, "shop", "pool", &waiter, 1, "60");
     wait_parked(&mut con, 1);
     let m = scrape(port);
     assert_eq!(value(&m, &sem_series("permitd_semaphore_waiters")), 1.0);
@@ -132,7 +118,7 @@ fn metrics_follow_parks_grants_and_time_outs() {
 
     // The release grants it: the waiters fall, the wait histogram counts the grant.
     ok(&mut con, &["SEM.RELEASE", "shop", "pool", &holder]);
-    assert_eq!(granted.join().unwrap(), "ACQUIRE_OUTCOME_ACQUIRED");
+    assert_eq!(outcome(&join_reply(granted)), "ACQUIRE_OUTCOME_ACQUIRED");
     let m = scrape(port);
     assert_eq!(value(&m, &sem_series("permitd_semaphore_waiters")), 0.0);
     assert_eq!(
@@ -152,8 +138,8 @@ fn metrics_follow_parks_grants_and_time_outs() {
     assert_eq!((value(&m, below_one), value(&m, all)), (0.0, 1.0));
 
     // One that times out is counted as such, not as a grant.
-    let timed_out = park(&s, &late, "0.3");
-    assert_eq!(timed_out.join().unwrap(), "ACQUIRE_OUTCOME_TIMED_OUT");
+    let timed_out = park(&s, "shop", "pool", &late, 1, "0.3");
+    assert_eq!(outcome(&join_reply(timed_out)), "ACQUIRE_OUTCOME_TIMED_OUT");
     let m = scrape(port);
     assert_eq!(value(&m, &grants), 1.0);
     assert_eq!(
@@ -214,7 +200,7 @@ fn per_semaphore_series_are_capped_busiest_first() {
     acquire_now(&mut con, "shop", "a", &l, 2);
     let w = lease(&mut con, "shop", "w", 60);
     acquire_now(&mut con, "shop", "pool", &l, 1);
-    let parked = park(&s, &w, "60");
+    let parked = park(&s, "shop", "pool", &w, 1, "60");
     wait_parked(&mut con, 1);
     let m = scrape(port);
     let shown: Vec<_> = m
@@ -226,7 +212,7 @@ fn per_semaphore_series_are_capped_busiest_first() {
     assert_eq!(value(&m, "permitd_metrics_omitted_semaphores"), 2.0);
     assert_eq!(value(&m, "permitd_semaphores"), 4.0);
     ok(&mut con, &["SEM.RELEASE", "shop", "pool", &l]);
-    parked.join().unwrap();
+    join_reply(parked);
 }
 
 #[test]
@@ -295,7 +281,7 @@ fn prometheus_scrapes_permitd_and_answers_promql() {
     let holder = lease(&mut con, "shop", "holder", 60);
     let waiter = lease(&mut con, "shop", "waiter", 60);
     acquire_now(&mut con, "shop", "pool", &holder, 1);
-    let parked = park(&s, &waiter, "120");
+    let parked = park(&s, "shop", "pool", &waiter, 1, "120");
     wait_parked(&mut con, 1);
 
     let dir = unique_temp_dir();
@@ -332,7 +318,7 @@ fn prometheus_scrapes_permitd_and_answers_promql() {
     let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
     assert!(answered, "PromQL answer: {last}\nprometheus log:\n{log}");
     ok(&mut con, &["SEM.RELEASE", "shop", "pool", &holder]);
-    parked.join().unwrap();
+    join_reply(parked);
 
     // Every query of the Grafana dashboard and of docs/observability.md parses and runs.
     for q in documented_queries() {

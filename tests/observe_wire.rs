@@ -24,29 +24,6 @@ fn waiters(con: &mut redis::Connection, ns: &str, sem: &str) -> Vec<(String, i64
         .collect()
 }
 
-/// Parks `SEM.ACQUIRE ns sem lease 1 timeout` on a connection of its own (in a thread); returns
-/// the connection's CLIENT ID and where its reply comes.
-fn park(
-    server: &Server,
-    ns: &str,
-    sem: &str,
-    lease: &str,
-    timeout: &str,
-) -> (i64, mpsc::Receiver<redis::RedisResult<Value>>) {
-    let mut con = server.conn();
-    let id = int(&ok(&mut con, &["CLIENT", "ID"]));
-    let (tx, rx) = mpsc::channel();
-    let args: Vec<String> = ["SEM.ACQUIRE", ns, sem, lease, "1", timeout]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    thread::spawn(move || {
-        let words: Vec<&str> = args.iter().map(String::as_str).collect();
-        let _ = tx.send(call(&mut con, &words));
-    });
-    (id, rx)
-}
-
 #[test]
 fn sem_waiters_lists_parked_clients_in_fifo_order_and_drops_each_way_they_leave() {
     let server = Server::start();
@@ -59,10 +36,13 @@ fn sem_waiters_lists_parked_clients_in_fifo_order_and_drops_each_way_they_leave(
     let leases: Vec<String> = (0..4)
         .map(|i| lease(&mut admin, "wait", &format!("w{i}"), 60))
         .collect();
-    // Parked one after the other: each is in the queue before the next is sent.
+    // Parked one after the other, each with its CLIENT ID: each is in the queue before the
+    // next is sent.
     let mut parked = Vec::new();
     for (i, l) in leases.iter().take(3).enumerate() {
-        parked.push(park(&server, "wait", "s", l, "30"));
+        let mut con = server.conn();
+        let id = int(&ok(&mut con, &["CLIENT", "ID"]));
+        parked.push((id, park_on(con, "wait", "s", l, 1, "30")));
         wait_parked(&mut admin, i as i64 + 1);
     }
     // The fourth on a raw socket, which the test then closes.
@@ -129,7 +109,7 @@ fn sem_waiters_lists_parked_clients_in_fifo_order_and_drops_each_way_they_leave(
     assert_eq!(left, leases[0..2].to_vec());
     // Granted: the head gets the permit and leaves the queue.
     ok(&mut admin, &["SEM.RELEASE", "wait", "s", &holder]);
-    let reply = parked[0].1.recv_timeout(PROMPT).unwrap().unwrap();
+    let reply = join_reply(parked.remove(0).1);
     assert_eq!(text(&field(&reply, "outcome")), "ACQUIRE_OUTCOME_ACQUIRED");
     let left: Vec<String> = waiters(&mut admin, "wait", "s")
         .into_iter()
@@ -138,12 +118,9 @@ fn sem_waiters_lists_parked_clients_in_fifo_order_and_drops_each_way_they_leave(
     assert_eq!(left, leases[1..2].to_vec());
     // Time-out: one parked for 3 s leaves by itself.
     let late = lease(&mut admin, "wait", "late", 60);
-    let (_, timed) = park(&server, "wait", "s", &late, "3");
+    let timed = park(&server, "wait", "s", &late, 1, "3");
     wait_parked(&mut admin, 2);
-    let reply = timed
-        .recv_timeout(Duration::from_secs(20))
-        .unwrap()
-        .unwrap();
+    let reply = join_reply(timed);
     assert_eq!(text(&field(&reply, "outcome")), "ACQUIRE_OUTCOME_TIMED_OUT");
     let left: Vec<String> = waiters(&mut admin, "wait", "s")
         .into_iter()
@@ -188,7 +165,7 @@ fn redis_cli_monitor_shows_acquires_live_with_lease_ids_redacted() {
     });
     assert_eq!(lines.recv_timeout(PROMPT).unwrap(), "OK");
     // The monitor is registered once its OK is out: what runs from now on shows.
-    let (_, reply) = park(&server, "mon", "s", &waiter, "30");
+    let reply = park(&server, "mon", "s", &waiter, 1, "30");
     wait_parked(&mut admin, 1);
     let mut seen = Vec::new();
     let acquire = loop {
@@ -201,7 +178,7 @@ fn redis_cli_monitor_shows_acquires_live_with_lease_ids_redacted() {
         }
     };
     // Still parked: shown live, not when it ends.
-    assert!(reply.try_recv().is_err());
+    assert!(!reply.is_finished());
     // `1700000000.123456 [0 127.0.0.1:port] "SEM.ACQUIRE" ...` (redis-cli prints the line
     // without its leading `+`).
     let (stamp, rest) = acquire.split_once(' ').unwrap();
@@ -221,7 +198,7 @@ fn redis_cli_monitor_shows_acquires_live_with_lease_ids_redacted() {
         "\"SEM.ACQUIRE\" \"mon\" \"s\" \"ls_<redacted>\" \"1\" \"30\""
     );
     ok(&mut admin, &["SEM.RELEASE", "mon", "s", &holder]);
-    reply.recv_timeout(PROMPT).unwrap().unwrap();
+    join_reply(reply);
     let release = loop {
         let line = lines.recv_timeout(PROMPT).expect("the release shows");
         seen.push(line.clone());
@@ -258,7 +235,7 @@ fn slowlog_and_latency_answer_as_redis() {
     let entries = items(&ok(&mut con, &["SLOWLOG", "GET", "-1"]));
     assert_eq!(entries.len(), 3);
     // Newest first: SLOWLOG LEN itself (Redis logs it too), then the acquire.
-    let words = |e: &Value| -> Vec<String> { items(&items(e)[3]).iter().map(text).collect() };
+    let words = |e: &Value| strings(&items(e)[3]);
     assert_eq!(words(&entries[0]), ["SLOWLOG", "LEN"]);
     let acquire = items(&entries[1]);
     assert_eq!(acquire.len(), 6, "id, time, duration, words, peer, name");
@@ -302,11 +279,7 @@ fn slowlog_and_latency_answer_as_redis() {
         lease(&mut c, "slow", "b", 60),
     );
     acquire_now(&mut c, "slow", "s", &a, 1);
-    let (_, waited) = park(&strict, "slow", "s", &b, "3");
-    let r = waited
-        .recv_timeout(Duration::from_secs(20))
-        .unwrap()
-        .unwrap();
+    let r = join_reply(park(&strict, "slow", "s", &b, 1, "3"));
     assert_eq!(text(&field(&r, "outcome")), "ACQUIRE_OUTCOME_TIMED_OUT");
     assert_eq!(
         int(&ok(&mut c, &["SLOWLOG", "LEN"])),

@@ -56,7 +56,7 @@ fn login_resp3(s: &Server, user: &str, pass: &str) -> redis::Connection {
 
 /// `ACL LIST` as lines.
 fn acl_list(con: &mut redis::Connection) -> Vec<String> {
-    items(&ok(con, &["ACL", "LIST"])).iter().map(text).collect()
+    strings(&ok(con, &["ACL", "LIST"]))
 }
 
 /// `ACL USERS` as a set.

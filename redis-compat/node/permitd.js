@@ -17,9 +17,11 @@
 //   await hb.stop(); await lease.revoke();
 //
 // Two ioredis facts shape this helper:
-// - Timestamps and fencing tokens are nanosecond integers above 2^53, so a client must be
-//   created with `stringNumbers: true` or they lose precision (two tokens could compare equal).
-//   The helper refuses other clients, and returns those fields as BigInt.
+// - Timestamps are nanosecond integers above 2^53, so a client must be created with
+//   `stringNumbers: true` or they lose precision (rounded to a multiple of 256 ns). Fencing
+//   tokens are a counter below 2^53, exact as a Number too, except in a data directory written
+//   before they were one, which keeps counting from its clock-sized tokens (about 1.8e18). The
+//   helper refuses other clients, and returns timestamps and tokens as BigInt.
 // - One ioredis client is one connection, and a parked SEM.ACQUIRE holds every command queued
 //   behind it on that connection (as BLPOP does). So the heartbeat runs on its own connection
 //   (`client.duplicate()`), and a program that waits on several semaphores at once should give
@@ -90,7 +92,7 @@ function requireStringNumbers(client) {
   }
   if (!client.options || client.options.stringNumbers !== true) {
     throw new TypeError('permitd: create the ioredis client with { stringNumbers: true }: ' +
-      'timestamps and fencing tokens are nanosecond integers above Number.MAX_SAFE_INTEGER');
+      'timestamps are nanosecond integers above Number.MAX_SAFE_INTEGER');
   }
 }
 

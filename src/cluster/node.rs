@@ -74,7 +74,8 @@ pub struct PeerStatus {
 pub struct Status {
     /// This node.
     pub id: u64,
-    /// Its role.
+    /// Whether it leads, follows, stands for election, only learns or has stopped, as
+    /// openraft's metrics say now.
     pub role: Role,
     /// The current term.
     pub term: u64,

@@ -1,9 +1,12 @@
 //! Everything derived from the command table: `COMMAND`, `COMMAND INFO`, `COMMAND DOCS`,
-//! `COMMAND GETKEYS` replies and the command reference in `docs/commands.md`.
+//! `COMMAND GETKEYS` and `<container> HELP` replies and the command reference in
+//! `docs/commands.md`.
+
+use std::borrow::Cow;
 
 use bytes::Bytes;
 
-use super::table::{lookup_full, AclCat, Arg, ArgType, CommandSpec, Flag, COMMANDS};
+use super::table::{lookup, lookup_full, AclCat, Arg, ArgType, Cmd, CommandSpec, Flag, COMMANDS};
 use crate::error::Error;
 use crate::protocol::Reply;
 
@@ -11,7 +14,7 @@ use crate::protocol::Reply;
 const SINCE: &str = "0.1.0";
 
 fn simple_list(words: impl Iterator<Item = &'static str>) -> Reply {
-    Reply::Array(words.map(Reply::Simple).collect())
+    Reply::Array(words.map(Reply::simple).collect())
 }
 
 /// One `COMMAND INFO` entry (Redis 7's ten fields).
@@ -82,10 +85,10 @@ fn arg_doc(a: &Arg, key_index: &mut i64) -> Reply {
     }
     let mut flags = Vec::new();
     if a.optional {
-        flags.push(Reply::Simple("optional"));
+        flags.push(Reply::simple("optional"));
     }
     if a.multiple {
-        flags.push(Reply::Simple("multiple"));
+        flags.push(Reply::simple("multiple"));
     }
     if !flags.is_empty() {
         f.push(("flags", Reply::Array(flags)));
@@ -151,6 +154,43 @@ pub fn docs_reply(names: &[Bytes]) -> Reply {
             .map(|s| (Reply::text(s.name), doc(s)))
             .collect(),
     )
+}
+
+/// Redis's HELP reply (its `addReplyHelp`): a header naming `command`, the `lines` (each
+/// subcommand's usage, then what it does, indented by four spaces), and HELP's own entry last.
+pub fn help(command: &str, lines: impl IntoIterator<Item = Cow<'static, str>>) -> Reply {
+    let header = format!(
+        "{} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        command.to_uppercase()
+    );
+    let mut out = vec![Reply::simple(header)];
+    out.extend(lines.into_iter().map(Reply::Simple));
+    out.push(Reply::simple("HELP"));
+    out.push(Reply::simple("    Prints this help."));
+    Reply::Array(out)
+}
+
+/// `<container> HELP`: [`help`] over the container's subcommands that run here, in the table's
+/// order (the CLIENT subcommands of client-side caching, which only refuse, are left out),
+/// after the container's own entry when it also runs alone, as COMMAND does.
+pub fn container_help(container: &str) -> Reply {
+    let Some(c) = lookup(container.as_bytes()) else {
+        return help(container, []);
+    };
+    let alone = c
+        .arity_ok(1)
+        .then(|| ("(no subcommand)".to_string(), c.summary));
+    // A subcommand's usage starts with its container's name and a space.
+    let subs = c
+        .subcommands
+        .iter()
+        .filter(|s| !matches!(s.cmd, Cmd::Help | Cmd::ClientUnsupported))
+        .map(|s| (s.usage()[c.name.len() + 1..].to_string(), s.summary));
+    let lines = alone
+        .into_iter()
+        .chain(subs)
+        .flat_map(|(usage, summary)| [Cow::Owned(usage), Cow::Owned(format!("    {summary}"))]);
+    help(c.name, lines)
 }
 
 /// `COMMAND COUNT`: the top-level commands (subcommands do not count).
@@ -245,7 +285,7 @@ mod tests {
         let r = info(super::super::table::lookup(b"sem.acquire").unwrap());
         let Reply::Array(f) = r else { panic!() };
         assert_eq!(f[1], Reply::Int(-6));
-        assert!(matches!(&f[2], Reply::Array(v) if v.contains(&Reply::Simple("blocking"))));
+        assert!(matches!(&f[2], Reply::Array(v) if v.contains(&Reply::simple("blocking"))));
         assert_eq!(
             (&f[3], &f[4], &f[5]),
             (&Reply::Int(1), &Reply::Int(1), &Reply::Int(1))

@@ -111,7 +111,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::ClientSetInfo => surface::client_setinfo(a).map(Request::Session),
         C::ClientInfo => session(S::ClientInfo),
         C::ClientList => surface::client_list(a).map(Request::Session),
-        C::ClientKill => surface::client_kill(&a[2..]).map(|f| Request::Session(S::ClientKill(f))),
+        C::ClientKill => Ok(Request::Session(surface::client_kill(&a[2..]))),
         C::ClientUnblock => surface::client_unblock(a),
         C::ClientNoEvict | C::ClientNoTouch => surface::client_switch(a).map(Request::Session),
         C::ClientMaintNotifications => surface::client_maint_notifications(a).map(Request::Session),
@@ -154,6 +154,8 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::ClusterMyId => session(S::ClusterMyId),
         C::ClusterKeySlot => session(S::ClusterKeySlot(slot::key_slot(&a[2]))),
         C::ReadOnly | C::ReadWrite => session(S::Accepted),
+        // Every HELP entry is named `container|help`.
+        C::Help => session(S::Help(spec.name.split('|').next().unwrap_or(spec.name))),
         C::Multi => Ok(Request::Txn(Txn::Multi)),
         C::Exec => Ok(Request::Txn(Txn::Exec)),
         C::Discard => Ok(Request::Txn(Txn::Discard)),

@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use crate::engine::request::EngineRequest;
 use crate::engine::types::Nanos;
+use crate::error::Error;
 
 /// A validated request of any kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,15 +81,21 @@ pub enum SessionRequest {
     ClientSetInfo {
         /// True for LIB-NAME, false for LIB-VER.
         lib_name: bool,
-        /// Value.
+        /// The library's name or version, shown in CLIENT LIST's `lib-name`/`lib-ver`.
         value: Bytes,
     },
     /// `CLIENT INFO`.
     ClientInfo,
     /// `CLIENT LIST [TYPE type | ID id ...]`.
     ClientList(ClientListing),
-    /// `CLIENT KILL ...`.
-    ClientKill(KillFilter),
+    /// `CLIENT KILL ...`, parsed as far as its first bad word.
+    ClientKill {
+        /// The filters of the pairs before the first bad one (all of them when none is bad).
+        filter: KillFilter,
+        /// The first bad pair's error. Redis 7.0 checks that a USER exists as it parses its
+        /// pair, so the server answers this only once each of `filter.users` exists.
+        error: Option<Error>,
+    },
     /// A command accepted for compatibility that changes nothing here, answered `+OK`:
     /// `READONLY`, `READWRITE` (every node serves reads and writes alike, SPEC §10),
     /// `CLIENT NO-EVICT|NO-TOUCH on|off` (no client is evicted, no key has an LRU clock) and
@@ -163,6 +170,8 @@ pub enum SessionRequest {
     DebugClockStep(Nanos),
     /// `DEBUG HELP`.
     DebugHelp,
+    /// `<container> HELP` (`CLIENT HELP`, `CLUSTER HELP`, ...), by the container's name.
+    Help(&'static str),
 }
 
 /// A client type, as `CLIENT LIST TYPE` and `CLIENT KILL TYPE` name it (`slave` and `replica`
@@ -205,8 +214,8 @@ pub struct KillFilter {
     pub addr: Option<Bytes>,
     /// `LADDR ip:port`.
     pub laddr: Option<Bytes>,
-    /// `USER name`.
-    pub user: Option<Bytes>,
+    /// Every `USER name`, in order: each must name a user, and a client matches the last.
+    pub users: Vec<Bytes>,
     /// `TYPE type`.
     pub kind: Option<ClientType>,
     /// `SKIPME yes|no` (default yes).

@@ -139,21 +139,30 @@ pub(super) fn client_list(a: &[Bytes]) -> Result<Request, Error> {
 }
 
 /// The words after `CLIENT KILL`: the old form `ip:port`, or filter pairs, checked in order as
-/// Redis 7.0 does (the first bad pair decides the error). An option without its value, or one
-/// Redis 7.0 does not know (`MAXAGE` came in 7.4), is a syntax error. Whether a `USER` exists
-/// is for the server to say when the command runs, so a bad pair after an unknown user wins
-/// here where Redis would name the user.
-pub(super) fn client_kill(rest: &[Bytes]) -> Result<KillFilter, Error> {
-    let mut f = KillFilter {
+/// Redis 7.0 does, up to the first bad pair, whose error is the answer. An option without its
+/// value, or one Redis 7.0 does not know (`MAXAGE` came in 7.4), is a syntax error. Redis also
+/// refuses an unknown `USER` as it reaches its pair, before the pairs after it; whether a user
+/// exists is the server's to say, so the filter comes back with the pairs before the bad one,
+/// and their users are checked before the pair's error is answered.
+pub(super) fn client_kill(rest: &[Bytes]) -> Request {
+    let mut filter = KillFilter {
         skipme: true,
         ..KillFilter::default()
     };
-    if rest.len() == 1 {
-        f.addr = Some(rest[0].clone());
-        f.old_form = true;
-        f.skipme = false;
-        return Ok(f);
-    }
+    let error = if let [addr] = rest {
+        filter.addr = Some(addr.clone());
+        filter.old_form = true;
+        filter.skipme = false;
+        None
+    } else {
+        kill_pairs(rest, &mut filter).err()
+    };
+    Request::ClientKill { filter, error }
+}
+
+/// Adds CLIENT KILL's filter pairs to `f` in order, up to the first bad one, whose error it
+/// returns.
+fn kill_pairs(rest: &[Bytes], f: &mut KillFilter) -> Result<(), Error> {
     for pair in rest.chunks(2) {
         let [k, v] = pair else {
             return Err(Error::syntax());
@@ -173,14 +182,14 @@ pub(super) fn client_kill(rest: &[Bytes]) -> Result<KillFilter, Error> {
         } else if k.eq_ignore_ascii_case(b"laddr") {
             f.laddr = Some(v.clone());
         } else if k.eq_ignore_ascii_case(b"user") {
-            f.user = Some(v.clone());
+            f.users.push(v.clone());
         } else if k.eq_ignore_ascii_case(b"skipme") {
             f.skipme = two_way(v, b"yes", b"no")?;
         } else {
             return Err(Error::syntax());
         }
     }
-    Ok(f)
+    Ok(())
 }
 
 /// Whether `w` is the word `yes` (true) or `no` (false), any case; anything else is a syntax

@@ -94,6 +94,8 @@ pub enum Cmd {
     ClusterKeySlot,
     ReadOnly,
     ReadWrite,
+    /// `<container> HELP`, one entry in each container.
+    Help,
 }
 
 /// An argument's type, as `COMMAND DOCS` names it.
@@ -393,6 +395,18 @@ const READ_MODE: CommandSpec = CommandSpec {
     ..UNSET
 };
 
+/// `<container> HELP`, the last subcommand of every container, as in Redis 7.0: its help text
+/// is made from the container's entries (docs.rs).
+const HELP: CommandSpec = CommandSpec {
+    cmd: Cmd::Help,
+    arity: 2,
+    flags: Flags::of(&[Flag::Loading, Flag::Stale]),
+    acl: AclCats::of(&[AclCat::Slow]),
+    summary: "Shows helpful text about the different subcommands.",
+    complexity: "O(1)",
+    ..SERVER
+};
+
 const NO_CLIENT_CACHING: &str = "Not supported: permitd has no client-side caching.";
 
 static CLIENT_SUBS: &[CommandSpec] = &[
@@ -572,6 +586,12 @@ static CLIENT_SUBS: &[CommandSpec] = &[
         summary: NO_CLIENT_CACHING,
         ..CONNECTION
     },
+    CommandSpec {
+        name: "client|help",
+        acl: AclCats::of(&[AclCat::Slow, AclCat::Connection]),
+        group: "connection",
+        ..HELP
+    },
 ];
 
 static COMMAND_SUBS: &[CommandSpec] = &[
@@ -635,6 +655,11 @@ static COMMAND_SUBS: &[CommandSpec] = &[
             arg("arg", ArgType::String).optional().multiple(),
         ],
         ..INTROSPECTION
+    },
+    CommandSpec {
+        name: "command|help",
+        acl: AclCats::of(&[AclCat::Slow, AclCat::Connection]),
+        ..HELP
     },
 ];
 
@@ -714,6 +739,10 @@ static ACL_SUBS: &[CommandSpec] = &[
         complexity: "O(N), N the users",
         ..ADMIN
     },
+    CommandSpec {
+        name: "acl|help",
+        ..HELP
+    },
 ];
 
 static CLUSTER_SUBS: &[CommandSpec] = &[
@@ -741,7 +770,9 @@ static CLUSTER_SUBS: &[CommandSpec] = &[
     CommandSpec {
         name: "cluster|info",
         cmd: Cmd::ClusterInfo,
-        summary: "Returns the cluster's state (ok while a leader serves the slots).",
+        summary: "Returns the cluster's state in Redis 7.0's fields (cluster_state is ok while a \
+                  leader serves the slots); as in Redis 7.0, cluster_enabled:1 is in INFO \
+                  cluster, not here.",
         complexity: "O(1)",
         ..CLUSTER
     },
@@ -760,6 +791,11 @@ static CLUSTER_SUBS: &[CommandSpec] = &[
         complexity: "O(N), N the bytes of the key",
         args: &[arg("key", ArgType::String)],
         ..CLUSTER
+    },
+    CommandSpec {
+        name: "cluster|help",
+        group: "cluster",
+        ..HELP
     },
 ];
 
@@ -780,6 +816,10 @@ static CONFIG_SUBS: &[CommandSpec] = &[
         summary: "Resets the per-command statistics (INFO commandstats, errorstats, latencystats).",
         complexity: "O(1)",
         ..ADMIN
+    },
+    CommandSpec {
+        name: "config|help",
+        ..HELP
     },
 ];
 
@@ -809,6 +849,10 @@ static SLOWLOG_SUBS: &[CommandSpec] = &[
         complexity: "O(N), N the entries",
         ..ADMIN
     },
+    CommandSpec {
+        name: "slowlog|help",
+        ..HELP
+    },
 ];
 
 static LATENCY_SUBS: &[CommandSpec] = &[
@@ -837,6 +881,10 @@ static LATENCY_SUBS: &[CommandSpec] = &[
         complexity: "O(1)",
         args: &[arg("event", ArgType::String).optional().multiple()],
         ..ADMIN
+    },
+    CommandSpec {
+        name: "latency|help",
+        ..HELP
     },
 ];
 
@@ -1459,8 +1507,9 @@ mod tests {
             assert!(!s.summary.is_empty(), "{}: summary", s.name);
             assert!(!s.complexity.is_empty(), "{}: complexity", s.name);
             assert!(!s.group.is_empty(), "{}: group", s.name);
-            // Only the unsupported CLIENT subcommands share a handler.
-            if s.cmd != Cmd::ClientUnsupported {
+            // Only the unsupported CLIENT subcommands, and the HELP of each container, share a
+            // handler.
+            if s.cmd != Cmd::ClientUnsupported && s.cmd != Cmd::Help {
                 assert!(cmds.insert(s.cmd), "{}: {:?} twice", s.name, s.cmd);
             }
         }

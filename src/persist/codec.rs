@@ -9,36 +9,37 @@ use crate::engine::types::{LeaseId, Metadata, Name};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError(pub &'static str);
 
-/// Appends values to a buffer.
+/// Appends values to a buffer, in the encoding [`Dec`] reads.
 pub struct Enc<'a>(pub &'a mut BytesMut);
 
 impl Enc<'_> {
-    /// A u8.
+    /// One byte (a record's tag, a flag).
     pub fn u8(&mut self, v: u8) {
         self.0.put_u8(v);
     }
-    /// A u64.
+    /// 8 bytes, little-endian.
     pub fn u64(&mut self, v: u64) {
         self.0.put_u64_le(v);
     }
-    /// An i64.
+    /// 8 bytes, little-endian two's complement (times in ns, permits, weights, tokens).
     pub fn i64(&mut self, v: i64) {
         self.0.put_i64_le(v);
     }
-    /// Length-prefixed bytes.
+    /// The length as a little-endian u32, then the bytes.
     pub fn bytes(&mut self, b: &[u8]) {
         self.0.put_u32_le(b.len() as u32);
         self.0.put_slice(b);
     }
-    /// A name.
+    /// A namespace or semaphore name, as [`bytes`](Self::bytes).
     pub fn name(&mut self, n: &Name) {
         self.bytes(n.bytes());
     }
-    /// A lease id (its wire form).
+    /// A lease id in its wire form (`ls_` and 28 characters), as [`bytes`](Self::bytes).
     pub fn lease(&mut self, id: &LeaseId) {
         self.bytes(&id.to_bytes());
     }
-    /// Metadata.
+    /// Metadata: the number of pairs as a little-endian u32, then each key and value as
+    /// [`bytes`](Self::bytes), in the order they are kept.
     pub fn meta(&mut self, m: &Metadata) {
         self.0.put_u32_le(m.pairs().len() as u32);
         for (k, v) in m.pairs() {
@@ -48,7 +49,8 @@ impl Enc<'_> {
     }
 }
 
-/// Reads values from a buffer.
+/// Reads values from a buffer, in the encoding [`Enc`] writes; a value cut short is a
+/// [`DecodeError`].
 pub struct Dec {
     buf: Bytes,
 }
@@ -70,30 +72,31 @@ impl Dec {
         }
         Ok(self.buf.split_to(n))
     }
-    /// A u8.
+    /// One byte.
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
-    /// A u32.
+    /// 4 bytes, little-endian (the length of bytes, the count of metadata pairs).
     pub fn u32(&mut self) -> Result<u32, DecodeError> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes(b[..].try_into().expect("4 bytes")))
     }
-    /// A u64.
+    /// 8 bytes, little-endian.
     pub fn u64(&mut self) -> Result<u64, DecodeError> {
         let b = self.take(8)?;
         Ok(u64::from_le_bytes(b[..].try_into().expect("8 bytes")))
     }
-    /// An i64.
+    /// 8 bytes, little-endian two's complement.
     pub fn i64(&mut self) -> Result<i64, DecodeError> {
         Ok(self.u64()? as i64)
     }
-    /// Length-prefixed bytes, copied out: restored state must not pin the whole file buffer.
+    /// A little-endian u32 length, then that many bytes, copied out: restored state must not pin
+    /// the whole file buffer.
     pub fn bytes(&mut self) -> Result<Bytes, DecodeError> {
         let n = self.u32()? as usize;
         Ok(Bytes::copy_from_slice(&self.take(n)?))
     }
-    /// A name.
+    /// A name, as [`bytes`](Self::bytes); one a client could not have created is an error.
     pub fn name(&mut self) -> Result<Name, DecodeError> {
         let b = self.bytes()?;
         if !Name::is_valid(&b, usize::MAX) {
@@ -101,11 +104,11 @@ impl Dec {
         }
         Ok(Name::new_unchecked(b))
     }
-    /// A lease id.
+    /// A lease id in its wire form, as [`bytes`](Self::bytes).
     pub fn lease(&mut self) -> Result<LeaseId, DecodeError> {
         LeaseId::parse(&self.bytes()?).ok_or(DecodeError("bad lease id"))
     }
-    /// Metadata.
+    /// Metadata, as [`Enc::meta`] writes it.
     pub fn meta(&mut self) -> Result<Metadata, DecodeError> {
         let n = self.u32()? as usize;
         let mut pairs = Vec::with_capacity(n.min(1024));

@@ -481,7 +481,7 @@ fn push(items: &mut Vec<TxItem>, item: TxItem) -> usize {
 fn kills(req: &SessionRequest) -> bool {
     matches!(
         req,
-        SessionRequest::ClientKill(_) | SessionRequest::AclDelUser(_)
+        SessionRequest::ClientKill { .. } | SessionRequest::AclDelUser(_)
     )
 }
 

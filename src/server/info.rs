@@ -161,6 +161,7 @@ pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
         out.push_str(&format!("# {title}\r\n"));
         let fields = match section {
             "replication" => g.topology.info_replication(),
+            "cluster" => g.topology.info_cluster(),
             "commandstats" | "errorstats" | "latencystats" => {
                 command_fields(&totals.command_stats, section)
             }
@@ -310,7 +311,6 @@ fn section_fields(g: &Global, section: &str, t: &Totals) -> Vec<(&'static str, S
             ("clients_unblocked", s.clients_unblocked.to_string()),
         ],
         "cpu" => cpu(),
-        "cluster" => vec![("cluster_enabled", "1".into())],
         "semaphores" => vec![
             ("namespaces", c.namespaces.to_string()),
             ("semaphores", c.semaphores.to_string()),

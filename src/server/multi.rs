@@ -97,7 +97,7 @@ impl Transaction {
         }
         self.queued.push((spec, argv));
         client.set_multi(Some(self.queued.len()));
-        Reply::Simple("QUEUED")
+        Reply::simple("QUEUED")
     }
 
     /// Whether a queued command may add state (flag `denyoom`): past `--maxmemory`, EXEC

@@ -98,11 +98,11 @@ impl Waits {
 pub struct SemGauge {
     /// Namespace, semaphore.
     pub key: SemKey,
-    /// Its `permits`.
+    /// The permits it has (SEM.GET's `permits`).
     pub permits: i64,
-    /// Its `active_holds`.
+    /// The permits held, the sum of its holders' weights (SEM.GET's `active_holds`).
     pub active_holds: i64,
-    /// Holders.
+    /// How many leases hold some of it (SEM.GET's `active_holders_count`).
     pub holders: u64,
     /// Parked acquires.
     pub waiters: u64,
@@ -122,7 +122,7 @@ impl SemGauge {
 pub struct NsGauge {
     /// The namespace.
     pub ns: Name,
-    /// Semaphores in it.
+    /// How many semaphores it has.
     pub semaphores: u64,
     /// Live leases.
     pub leases: u64,

@@ -3,6 +3,7 @@
 //! connection's [`Session`] and the shared state, on the connection's own thread, and never
 //! wait: what needs the shards (NS.LIST, INFO) is dispatch.rs's.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -24,7 +25,7 @@ use crate::protocol::{Proto, Reply};
 /// Runs a connection- or server-level command; `None` when nothing is to be answered.
 pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
     Some(match req {
-        Request::Ping(None) => Reply::Simple("PONG"),
+        Request::Ping(None) => Reply::simple("PONG"),
         Request::Ping(Some(m)) | Request::Echo(m) => Reply::Bulk(m),
         Request::Quit => {
             s.close = true;
@@ -32,7 +33,7 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         }
         Request::Reset => {
             s.reset(&g.acl);
-            Reply::Simple("RESET")
+            Reply::simple("RESET")
         }
         Request::Select(0) => Reply::OK,
         Request::Select(_) => Reply::Error(Error::Err("DB index is out of range".into())),
@@ -64,7 +65,7 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         }
         Request::ClientInfo => Reply::Verbatim(format!("{}\n", s.client().info_line()).into()),
         Request::ClientList(listing) => client_list(g, &listing),
-        Request::ClientKill(f) => client_kill(s, g, &f),
+        Request::ClientKill { filter, error } => client_kill(s, g, &filter, error),
         Request::Accepted => Reply::OK,
         Request::ClientUnsupported(what) => Reply::Error(Error::Err(format!(
             "permitd does not support {what} (CLIENT TRACKING and related subcommands)"
@@ -128,7 +129,8 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
             return None;
         }
         Request::DebugPanic => debug_panic(),
-        Request::DebugHelp => Reply::Array(DEBUG_HELP.iter().map(|l| Reply::Simple(l)).collect()),
+        Request::DebugHelp => docs::help("debug", DEBUG_HELP.iter().map(|l| Cow::Borrowed(*l))),
+        Request::Help(container) => docs::container_help(container),
         Request::DebugClockStep(by) => {
             tracing::warn!(
                 client = s.client().id(),
@@ -150,15 +152,12 @@ fn debug_panic() -> ! {
     panic!("DEBUG PANIC called at Unix time {now}");
 }
 
-/// The DEBUG HELP lines (status replies, in Redis's layout).
+/// DEBUG's subcommands, as DEBUG HELP lists them (DEBUG is no container of the table).
 const DEBUG_HELP: &[&str] = &[
-    "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "PANIC",
     "    Crash the server (the process exits; a restart replays its log).",
     "CLOCK-STEP <seconds>",
     "    Move the server's wall clock by <seconds> (negative: back), as an NTP step would.",
-    "HELP",
-    "    Print this help.",
 ];
 
 fn hello(
@@ -215,16 +214,21 @@ fn client_list(g: &Global, listing: &ClientListing) -> Reply {
     Reply::Verbatim(text.into())
 }
 
-/// CLIENT KILL. The caller, when it matches and SKIPME does not spare it, is not killed at once
-/// like the others but closed once its reply is written, as Redis closes it after the reply.
-fn client_kill(s: &mut Session, g: &Global, f: &KillFilter) -> Reply {
-    if let Some(u) = &f.user {
+/// CLIENT KILL. An unknown user, then the error of the pair that stopped the parse, refuse it,
+/// in Redis 7.0's order (see [`KillFilter::users`]). The caller, when it matches and SKIPME
+/// does not spare it, is not killed at once like the others but closed once its reply is
+/// written, as Redis closes it after the reply.
+fn client_kill(s: &mut Session, g: &Global, f: &KillFilter, error: Option<Error>) -> Reply {
+    for u in &f.users {
         if g.acl.get(&String::from_utf8_lossy(u)).is_none() {
             return Reply::Error(Error::Err(format!(
                 "No such user '{}'",
                 String::from_utf8_lossy(u)
             )));
         }
+    }
+    if let Some(e) = error {
+        return Reply::Error(e);
     }
     let matches = |c: &Client| {
         f.id.is_none_or(|id| id == c.id())
@@ -234,7 +238,7 @@ fn client_kill(s: &mut Session, g: &Global, f: &KillFilter) -> Reply {
             && f.laddr
                 .as_ref()
                 .is_none_or(|a| a.as_ref() == c.laddr().to_string().as_bytes())
-            && f.user.as_ref().is_none_or(|u| *u == c.user())
+            && f.users.last().is_none_or(|u| *u == c.user())
             && of_type(f.kind)
     };
     let me = s.client().clone();

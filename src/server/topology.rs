@@ -330,6 +330,12 @@ impl Topology {
         }
     }
 
+    /// INFO's `# Cluster` fields: `cluster_enabled:1`, on every node (a single permitd is a
+    /// one-node cluster). As in Redis 7.0, CLUSTER INFO does not repeat it.
+    pub fn info_cluster(&self) -> Vec<(String, String)> {
+        vec![("cluster_enabled".into(), "1".into())]
+    }
+
     /// INFO's `# Replication` fields, Redis 7.0's that apply (no backlog: nothing replicates
     /// through one).
     pub fn info_replication(&self) -> Vec<(String, String)> {

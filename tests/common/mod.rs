@@ -444,6 +444,11 @@ pub fn items(v: &Value) -> Vec<Value> {
     }
 }
 
+/// The texts of an array reply's items.
+pub fn strings(v: &Value) -> Vec<String> {
+    items(v).iter().map(text).collect()
+}
+
 /// Whether a reply is an entity under either protocol: a RESP3 map or a RESP2 flat array of
 /// field/value pairs.
 pub fn is_map_like(v: &Value) -> bool {
@@ -542,6 +547,60 @@ pub fn acquire_now(
         "immediate acquire: {r:?}"
     );
     int(&field(&r, "fencing_token"))
+}
+
+/// The `outcome` of an acquire's reply (`ACQUIRE_OUTCOME_...`).
+pub fn outcome(reply: &Value) -> String {
+    text(&field(reply, "outcome"))
+}
+
+/// An acquire run on a connection of its own, in a thread, where it may park: its result and
+/// how long it took.
+pub type Parked = thread::JoinHandle<(redis::RedisResult<Value>, Duration)>;
+
+/// Runs `SEM.ACQUIRE ns sem lease weight timeout` on connection `con` in a thread.
+pub fn park_on(
+    mut con: redis::Connection,
+    ns: &str,
+    sem: &str,
+    lease: &str,
+    weight: u32,
+    timeout: &str,
+) -> Parked {
+    let words: Vec<String> = ["SEM.ACQUIRE", ns, sem, lease, &weight.to_string(), timeout]
+        .iter()
+        .map(|w| w.to_string())
+        .collect();
+    thread::spawn(move || {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        let t0 = Instant::now();
+        let r = call(&mut con, &words);
+        (r, t0.elapsed())
+    })
+}
+
+/// Like `park_on` with a new connection to `server`.
+pub fn park(
+    server: &Server,
+    ns: &str,
+    sem: &str,
+    lease: &str,
+    weight: u32,
+    timeout: &str,
+) -> Parked {
+    park_on(server.conn(), ns, sem, lease, weight, timeout)
+}
+
+/// Waits for a parked acquire's result, and how long it took.
+pub fn join(h: Parked) -> (redis::RedisResult<Value>, Duration) {
+    h.join().expect("waiter thread panicked")
+}
+
+/// Waits for a parked acquire's reply, which must not be an error.
+pub fn join_reply(h: Parked) -> Value {
+    join(h)
+        .0
+        .unwrap_or_else(|e| panic!("parked acquire failed: {}", err_text(&e)))
 }
 
 /// The permits in use on a semaphore (SEM.GET's `active_holds`).

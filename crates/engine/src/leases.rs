@@ -230,12 +230,13 @@ impl Lease {
 /// Vec: 8 MB less with a million leases.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Holds {
-    /// None.
+    /// The lease holds nothing (a new lease, or one whose holds were all released).
     #[default]
     None,
-    /// One.
+    /// The usual single hold, inline: (semaphore key, token).
     One(u32, FencingToken),
-    /// Two or more.
+    /// Two or more holds (a SEM.ACQUIREALL, or acquires on several semaphores), behind a
+    /// pointer.
     Many(Box<Vec<(u32, FencingToken)>>),
 }
 

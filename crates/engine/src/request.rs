@@ -297,10 +297,28 @@ impl EngineRequest {
 
     /// Whether the request may park its client (an acquire with a timeout).
     pub fn may_block(&self) -> bool {
+        use EngineRequest as R;
         match self {
-            EngineRequest::SemAcquire(r) => r.timeout > 0,
-            EngineRequest::SemAcquireAll(r) => r.timeout > 0,
-            _ => false,
+            R::SemAcquire(r) => r.timeout > 0,
+            R::SemAcquireAll(r) => r.timeout > 0,
+            R::NsCreate(_)
+            | R::NsGet(_)
+            | R::NsList(_)
+            | R::NsUpdate(_)
+            | R::NsDelete(_)
+            | R::SemCreate(_)
+            | R::SemGet(_)
+            | R::SemList(_)
+            | R::SemUpdate(_)
+            | R::SemDelete(_)
+            | R::SemRelease(_)
+            | R::SemHolders(_)
+            | R::SemWaiters(_)
+            | R::LeaseCreate(_)
+            | R::LeaseGet(_)
+            | R::LeaseList(_)
+            | R::LeaseRefresh(_)
+            | R::LeaseRevoke(_) => false,
         }
     }
 }

@@ -40,7 +40,7 @@ pub fn metadata(m: &Metadata) -> Reply {
     )
 }
 
-/// A namespace.
+/// A namespace as NS.CREATE, NS.GET, NS.UPDATE and NS.LIST's entries show it.
 pub fn namespace(ns: &Namespace) -> Reply {
     Reply::fields(vec![
         ("name", Reply::Bulk(ns.name.bytes().clone())),
@@ -52,7 +52,8 @@ pub fn namespace(ns: &Namespace) -> Reply {
     ])
 }
 
-/// A semaphore.
+/// A semaphore as SEM.CREATE, SEM.GET, SEM.UPDATE, SEM.RELEASE, SEM.LIST's entries and the
+/// `semaphore` field of an acquire's reply show it.
 pub fn semaphore(s: &Semaphore) -> Reply {
     Reply::fields(vec![
         ("name", Reply::Bulk(s.name.bytes().clone())),
@@ -100,7 +101,7 @@ pub fn waiter(w: &Waiter, lease: &Lease) -> Reply {
     ])
 }
 
-/// A lease.
+/// A lease as LEASE.CREATE, LEASE.GET, LEASE.REFRESH and LEASE.LIST's entries show it.
 pub fn lease(l: &Lease) -> Reply {
     Reply::fields(vec![
         ("lease_id", Reply::Bulk(l.id.to_bytes())),

@@ -4,6 +4,8 @@
 //! after `HELLO 3` and a flat `[field, value, ...]` array under RESP2, as Redis does for
 //! `CONFIG GET` or `XINFO`.
 
+use std::borrow::Cow;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::Error;
@@ -30,8 +32,8 @@ impl Proto {
 /// One reply value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
-    /// `+text`.
-    Simple(&'static str),
+    /// `+text` (a status line: no CR or LF in it).
+    Simple(Cow<'static, str>),
     /// `-CODE message`.
     Error(Error),
     /// `:n`.
@@ -50,7 +52,12 @@ pub enum Reply {
 
 impl Reply {
     /// `+OK`.
-    pub const OK: Reply = Reply::Simple("OK");
+    pub const OK: Reply = Reply::Simple(Cow::Borrowed("OK"));
+
+    /// A status line (`+text`), from a static word or a line made at run time.
+    pub fn simple(s: impl Into<Cow<'static, str>>) -> Reply {
+        Reply::Simple(s.into())
+    }
 
     /// A bulk string from a static field name or word.
     pub fn text(s: &'static str) -> Reply {

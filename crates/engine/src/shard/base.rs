@@ -19,7 +19,8 @@ use crate::types::{FencingToken, LeaseId, Limits, Name, Nanos};
 /// What a request did: answered now, or parked until its outbox reply.
 #[derive(Debug, PartialEq)]
 pub enum Exec {
-    /// The reply.
+    /// Answered at once: the reply to send (a grant, UNAVAILABLE, an error, any other
+    /// command's reply).
     Reply(Reply),
     /// The acquire waits; its reply will come through the outbox under this id.
     Parked(WaiterId),
@@ -346,10 +347,15 @@ impl Shard {
     }
 
     pub(super) fn sem(&self, ns: &Name, sem: &Name) -> Result<&Semaphore, Error> {
-        self.ns(ns)?
-            .semaphores
-            .get(sem)
-            .ok_or_else(|| sem_missing(ns, sem))
+        Ok(self.ns_sem(ns, sem)?.1)
+    }
+
+    /// Semaphore `sem` with its namespace `ns`, whose leases a listing of holders or waiters
+    /// reads.
+    pub(super) fn ns_sem(&self, ns: &Name, sem: &Name) -> Result<(&Namespace, &Semaphore), Error> {
+        let n = self.ns(ns)?;
+        let s = n.semaphores.get(sem).ok_or_else(|| sem_missing(ns, sem))?;
+        Ok((n, s))
     }
 }
 

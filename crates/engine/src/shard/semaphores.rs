@@ -136,8 +136,7 @@ impl Shard {
     }
 
     pub(super) fn holders(&self, ns: &Name, sem: &Name, page: &Page) -> Result<Reply, Error> {
-        let n = self.ns(ns)?;
-        let s = n.semaphores.get(sem).ok_or_else(|| sem_missing(ns, sem))?;
+        let (n, s) = self.ns_sem(ns, sem)?;
         let p = take_page(
             &s.holders,
             number_cursor(page)?,
@@ -152,8 +151,7 @@ impl Shard {
 
     /// SEM.WAITERS: the parked acquires in the order they are served.
     pub(super) fn waiters(&self, ns: &Name, sem: &Name, page: &Page) -> Result<Reply, Error> {
-        let n = self.ns(ns)?;
-        let s = n.semaphores.get(sem).ok_or_else(|| sem_missing(ns, sem))?;
+        let (n, s) = self.ns_sem(ns, sem)?;
         // Waiter ids are below 2^63 (one a request), so the cursor's number is one.
         let from = number_cursor(page)?.map(|(dir, id)| (dir, id as WaiterId));
         let p = take_page(
