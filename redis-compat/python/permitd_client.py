@@ -2,7 +2,8 @@
 
 Everything here is a wrapper around one server command, plus a lease heartbeat. The server does
 the waiting (SEM.ACQUIRE blocks server-side up to `timeout`, FIFO), the expiry, the fencing
-tokens and the bookkeeping; this module never queues, polls or retries an acquire.
+tokens and the bookkeeping; this module never queues or polls, and re-sends a command only in
+the cases of "Cluster mode" below.
 
     import redis
     from permitd_client import Lease, Semaphore
@@ -25,20 +26,68 @@ A blocking SEM.ACQUIRE keeps its connection busy for up to `timeout` seconds, so
 socket_timeout must be larger than any acquire timeout: redis-py 8.1 defaults to
 socket_timeout=5 s and *retries* a timed-out command (10 times), re-sending the acquire each
 time. The helpers refuse such a call with ValueError before sending anything.
+
+Cluster mode (SPEC section 10). MOVED (a follower), CLUSTERDOWN (no leader known) and TRYAGAIN
+(a new leader not ready yet) answer a command that did not run; LEADERCHANGED, a lost connection
+and a read timeout after sending leave its outcome unknown. On a single node only the last two
+can happen (a restart). Lease, Semaphore and Namespace take `retry=`, a RetryPolicy (None: send
+once and raise whatever comes, as the client does), and their commands follow these rules:
+
+- Did not run: re-sent after a pause (50 ms, doubling up to 250 ms). An acquire keeps its own
+  deadline, its first send plus its timeout: a re-send carries what is left of it (in ms, rounded
+  down), and at the deadline the helper gives up, raising the last error. Other commands give up
+  `budget` seconds (default 5) after their first send.
+- Outcome unknown: re-sent the same way. SEM.ACQUIRE / SEM.ACQUIREALL go again with the same
+  lease, weights and META, so a try that was granted answers ACQUIRED with its fencing token; such
+  an acquire is settled for up to `budget` seconds past its deadline, re-sent with timeout 0 (a
+  "not available now" answer is then reported as TIMED_OUT). If it still gets no answer it raises,
+  and the lease may hold the permits: release them or revoke the lease. SEM.RELEASE and
+  LEASE.REFRESH are re-sent as they are. NOTFOUND to a re-sent LEASE.REVOKE, SEM.DELETE or
+  NS.DELETE means done. ALREADYEXISTS to a re-sent SEM.CREATE / NS.CREATE is checked with a GET:
+  the same settings (permits, description, metadata) mean done, others raise the ALREADYEXISTS.
+  A re-sent LEASE.CREATE may leave the first try's lease behind: it holds nothing and dies at its
+  TTL.
+- A heartbeat keeps beating through a failover: those errors are retried until the moment the
+  lease is known to be alive until. Only an error reply to the refresh (NOTFOUND: expired or
+  revoked), or reaching that moment without a refresh, reports the lease lost.
+- MOVED on a plain redis.Redis / redis.asyncio.Redis raises NotLeader, naming the leader: a plain
+  client talks to one node and re-sending there cannot help. Use redis.cluster.RedisCluster (or
+  redis.asyncio.cluster.RedisCluster) with the nodes' addresses.
+
+What redis-py 8.1 does below the helper. RedisCluster follows MOVED and TRYAGAIN itself, re-sending
+the original arguments (at most 16 tries; TRYAGAIN pauses 50 ms from the 8th on), and by default
+also re-sends on CLUSTERDOWN (after 0.25 s and a CLUSTER SLOTS refresh) and on a connection error,
+10 times. The helpers route their commands to the namespace's node themselves (`target_nodes`),
+which turns those last two off, so that such errors reach the rules above and re-sent acquires
+carry the time left. A MOVED is still followed with the original timeout: that costs nothing for a
+command that did not run, but an acquire parked on a leader that steps down (answered MOVED, SPEC
+section 10) waits its whole timeout again on the new leader, up to about twice its timeout in all.
+A plain client re-sends on a connection error itself (its `retry`, 10 times by default), with the
+original arguments, before the helper sees the error. That is safe for every command here, but a
+LEASE.REVOKE or *.CREATE re-sent that way answers NOTFOUND / ALREADYEXISTS that the helper cannot
+tell from a first answer, and an acquire re-sent that way waits its whole timeout again: build the
+client with `retry=Retry(NoBackoff(), 0)` (redis.retry, redis.backoff) to leave re-sends to the
+helper.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Union
 
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+from redis.exceptions import AuthenticationError, ClusterError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import MaxConnectionsError, MovedError, RedisClusterException, ResponseError
+from redis.exceptions import SlotNotCoveredError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import TryAgainError
 
 __all__ = [
     "ACQUIRED",
@@ -48,11 +97,16 @@ __all__ = [
     "NotAcquired",
     "NotAcquiredAll",
     "LeaseLost",
+    "NotLeader",
+    "RetryPolicy",
+    "DEFAULT_RETRY",
     "AcquireResult",
     "AcquireAllResult",
+    "Namespace",
     "Lease",
     "Semaphore",
     "Heartbeat",
+    "AsyncNamespace",
     "AsyncLease",
     "AsyncSemaphore",
     "AsyncHeartbeat",
@@ -116,6 +170,22 @@ class LeaseLost(PermitdError):
     def __init__(self, message: str, cause: Optional[BaseException] = None):
         super().__init__(message)
         self.cause = cause
+
+
+class NotLeader(PermitdError, ResponseError):
+    """MOVED on a plain (single-node) client: the node is a cluster follower. `leader` is the
+    "host:port" it named, `cause` the MovedError."""
+
+    def __init__(self, moved: MovedError):
+        host, port = moved.node_addr
+        self.leader = f"{host}:{port}"
+        self.cause = moved
+        super().__init__(
+            f"this permitd node is not the cluster leader (MOVED {moved}); a plain redis.Redis or "
+            f"redis.asyncio.Redis talks to one node and cannot follow it: use "
+            f"redis.cluster.RedisCluster (or redis.asyncio.cluster.RedisCluster) with the nodes' "
+            f"addresses, or connect to the leader at {self.leader}"
+        )
 
 
 def is_notfound(err: BaseException) -> bool:
@@ -227,10 +297,16 @@ def _lease_id(lease: Union["Lease", "AsyncLease", str, bytes]) -> str:
     return _s(lease)
 
 
-def _meta_args(meta: Optional[Union[Mapping, Iterable]]) -> list:
+def _pairs(meta: Optional[Union[Mapping, Iterable]]) -> list:
     if not meta:
         return []
-    pairs = meta.items() if isinstance(meta, Mapping) else meta
+    return list(meta.items() if isinstance(meta, Mapping) else meta)
+
+
+def _meta_args(meta: Optional[Union[Mapping, Iterable]]) -> list:
+    pairs = _pairs(meta)
+    if not pairs:
+        return []
     args: list = ["META"]
     for k, v in pairs:
         args += [k, v]
@@ -253,6 +329,11 @@ def _check_timeout(client: Any, timeout: float) -> None:
             f"server answers; create the client with socket_timeout > the largest acquire timeout "
             f"(plus a margin), or socket_timeout=None"
         )
+
+
+# where the timeout is in the arguments of SEM.ACQUIRE and SEM.ACQUIREALL (re-sends replace it)
+_ACQUIRE_TIMEOUT_AT = 5
+_ACQUIRE_ALL_TIMEOUT_AT = 3
 
 
 def _acquire_args(ns, sem, lease, weight, timeout, meta) -> list:
@@ -291,45 +372,311 @@ def _release_error(sems: list, lease, body_failed: bool, release: Callable) -> N
     raise first
 
 
+def _timed(result, timeout):
+    """An AcquireResult / AcquireAllResult as the caller asked it: an acquire re-sent at its
+    deadline carries timeout 0, so an UNAVAILABLE answer there means the wait timed out."""
+    if result.outcome == UNAVAILABLE and (_seconds(timeout) or 0) > 0:
+        result.outcome = TIMED_OUT
+    return result
+
+
+def _seconds(timeout) -> Optional[float]:
+    """An acquire timeout in seconds, or None if the server would refuse it (it says why)."""
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _create(client, command: list, get: list, permits: Optional[int], description, meta) -> tuple:
+    """(args, check) of a *.CREATE: `command` with its DESC and META, and the _Check that settles
+    an ALREADYEXISTS after an unknown outcome: `get` answers the same permits, description and
+    metadata (compared as the client encodes them)."""
+    pairs = _pairs(meta)
+    args = command + (["DESC", description] if description is not None else []) + _meta_args(pairs)
+    encode = client.get_encoder().encode
+
+    def settings(permits, description, pairs) -> tuple:
+        return permits, encode(description), {encode(k): encode(v) for k, v in pairs}
+
+    want = settings(permits, description or "", pairs)
+
+    def same(reply) -> bool:
+        found = parse_entity(reply)
+        have = None if permits is None else found.get("permits")
+        return settings(have, found.get("description", ""), found.get("metadata", {}).items()) == want
+
+    return args, _Check(get, same)
+
+
+# --- retries (module docstring, "Cluster mode") ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long the helpers retry. `budget`: seconds after its first send that a command other
+    than an acquire is retried, and past its deadline that an acquire whose outcome became
+    unknown is settled. Pauses between tries grow from `backoff`, doubling, to `max_backoff`."""
+
+    budget: float = 5.0
+    backoff: float = 0.05
+    max_backoff: float = 0.25
+
+    def pauses(self) -> Iterator[float]:
+        pause = self.backoff
+        while True:
+            yield pause
+            pause = min(2 * pause, self.max_backoff)
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+_NOT_RUN = "did not run"
+_UNKNOWN = "outcome unknown"
+_LOST = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def _failure(err: BaseException) -> Optional[str]:
+    """_NOT_RUN for an error saying the command did not run (TRYAGAIN, CLUSTERDOWN, a MOVED that
+    reached us from a cluster client, RedisCluster's "TTL exhausted" after too many of those, no
+    node known for the slot), _UNKNOWN when it may have run (LEADERCHANGED, a lost connection, a
+    read timeout), None for an answer (any other error reply) and for local errors."""
+    if isinstance(err, (TryAgainError, ClusterError, MovedError, SlotNotCoveredError)):
+        return _NOT_RUN
+    if isinstance(err, ResponseError):
+        return _UNKNOWN if str(err).startswith("LEADERCHANGED") else None
+    if isinstance(err, (AuthenticationError, MaxConnectionsError)):
+        return None
+    if isinstance(err, _LOST):
+        return _UNKNOWN
+    # RedisCluster, refreshing its slot map after a lost connection, reached no node
+    if isinstance(err, RedisClusterException) and isinstance(err.__cause__ or err.__context__, _LOST):
+        return _UNKNOWN
+    return None
+
+
+def _is_cluster(client: Any) -> bool:
+    return isinstance(client, (RedisCluster, AsyncRedisCluster))
+
+
+def _time_left(deadline: float) -> str:
+    """The time left until `deadline` as an acquire timeout: whole milliseconds, rounded down."""
+    ms = math.floor(max(0.0, deadline - time.monotonic()) * 1000)
+    return f"{ms // 1000}.{ms % 1000:03d}"
+
+
+class _Pause(NamedTuple):
+    """A step of a _plan: wait `seconds` before the next try (`error`: the last try's)."""
+
+    seconds: float
+    error: Exception
+
+
+class _Check(NamedTuple):
+    """How a *.CREATE settles an ALREADYEXISTS after an unknown outcome: send `args` (a GET);
+    done if `same(reply)`, else the ALREADYEXISTS stands."""
+
+    args: list
+    same: Callable[[Any], bool]
+
+
+def _plan(client, args: list, retry: RetryPolicy, timeout_at: Optional[int] = None,
+          until: Optional[float] = None, gone_ok: bool = False, check: Optional[_Check] = None):
+    """The retry rules for one command, shared by the sync and asyncio drivers (_call, _acall):
+    a generator that yields what to send next (an argument list) or a _Pause, is sent each reply
+    or thrown each error, and returns the reply.
+
+    timeout_at: where an acquire's timeout is in `args` (re-sends carry the time left; a
+        timeout the server refuses is sent as it is);
+    until: the monotonic time to give up at, instead of the policy's (a heartbeat's refresh);
+    gone_ok: NOTFOUND after an unknown outcome means done (LEASE.REVOKE, *.DELETE);
+    check: settles ALREADYEXISTS after an unknown outcome (*.CREATE)."""
+    start = time.monotonic()
+    seconds = None if timeout_at is None else _seconds(args[timeout_at])
+    deadline = None if seconds is None else start + seconds
+    pauses = retry.pauses()
+    unknown = False
+    refused: Optional[Exception] = None  # the ALREADYEXISTS that `check` is settling
+    sending = args
+    while True:
+        try:
+            reply = yield sending
+        except Exception as err:  # noqa: BLE001 - sorted below; the rest is raised again
+            error = err
+        else:
+            if refused is None or check.same(reply):
+                return reply
+            raise refused
+        if isinstance(error, MovedError) and not _is_cluster(client):
+            raise NotLeader(error) from error
+        failure = _failure(error)
+        if failure is None:
+            if unknown and gone_ok and is_notfound(error):
+                return None
+            if unknown and check is not None and refused is None and str(error).startswith("ALREADYEXISTS"):
+                refused, sending = error, check.args
+                continue
+            raise error
+        unknown = unknown or failure is _UNKNOWN
+        if until is not None:
+            end = until
+        elif deadline is None:
+            end = start + retry.budget
+        else:
+            end = deadline + retry.budget if unknown else deadline
+        left = end - time.monotonic()
+        if left <= 0:
+            raise error
+        yield _Pause(min(next(pauses), left), error)
+        if deadline is not None:
+            sending = args[:timeout_at] + [_time_left(deadline)] + args[timeout_at + 1:]
+
+
+def _send(client, args: list):
+    """One try on a sync client; a cluster client is given the namespace's node (module
+    docstring: this keeps RedisCluster's own re-sends on CLUSTERDOWN and lost connections off)."""
+    if isinstance(client, RedisCluster):
+        return client.execute_command(*args, target_nodes=client.get_node_from_key(args[1]))
+    return client.execute_command(*args)
+
+
+def _call(client, retry: Optional[RetryPolicy], args: list, pause: Callable[[float], Any] = time.sleep,
+          **rules):
+    """Runs `args` on a sync client under `retry` (None: one send). A true `pause(seconds)`
+    stops the retries, raising the last error (a heartbeat's stop). `rules`: see _plan."""
+    if retry is None:
+        return client.execute_command(*args)
+    plan = _plan(client, args, retry, **rules)
+    step = next(plan)
+    try:
+        while True:
+            if isinstance(step, _Pause):
+                if pause(step.seconds):
+                    raise step.error
+                step = next(plan)
+                continue
+            try:
+                reply = _send(client, step)
+            except Exception as err:  # noqa: BLE001 - the plan decides
+                step = plan.throw(err)
+            else:
+                step = plan.send(reply)
+    except StopIteration as done:
+        return done.value
+
+
+async def _asend(client, args: list):
+    """_send for asyncio clients (the cluster client first refreshes a slot map it dropped)."""
+    if isinstance(client, AsyncRedisCluster):
+        node = (await client.initialize()).get_node_from_key(args[1])
+        return await client.execute_command(*args, target_nodes=node)
+    return await client.execute_command(*args)
+
+
+async def _acall(client, retry: Optional[RetryPolicy], args: list, **rules):
+    """_call for asyncio clients (a heartbeat stops by cancelling its task)."""
+    if retry is None:
+        return await client.execute_command(*args)
+    plan = _plan(client, args, retry, **rules)
+    step = next(plan)
+    try:
+        while True:
+            if isinstance(step, _Pause):
+                await asyncio.sleep(step.seconds)
+                step = next(plan)
+                continue
+            try:
+                reply = await _asend(client, step)
+            except Exception as err:  # noqa: BLE001 - the plan decides
+                step = plan.throw(err)
+            else:
+                step = plan.send(reply)
+    except StopIteration as done:
+        return done.value
+
+
+def _lost_by(lease, err: Exception) -> Optional[LeaseLost]:
+    """What a failed heartbeat refresh means: None to keep beating (a cluster error or a lost
+    connection while the lease is known alive), else the LeaseLost to report. Errors that are no
+    answer from the server at all are raised again."""
+    if isinstance(err, NotLeader) or _failure(err) is not None:
+        if time.monotonic() < lease._alive_until:
+            return None
+        return LeaseLost(f"lease could not be refreshed before it expired: {err}", err)
+    if isinstance(err, ResponseError):
+        return LeaseLost(f"lease refresh failed: {err}", err)
+    raise err
+
+
 # --- sync ------------------------------------------------------------------------------------
 
 
-class Lease:
-    """A server-side lease (LEASE.* commands). `id` is the lease id, a capability: keep it secret."""
+class Namespace:
+    """A namespace (NS.CREATE / NS.GET / NS.DELETE). `retry`: see "Cluster mode"."""
 
-    def __init__(self, client: Any, ns: str, lease_id: str, ttl: int, info: Optional[dict] = None):
+    def __init__(self, client: Any, name: str, retry: Optional[RetryPolicy] = DEFAULT_RETRY):
+        self.client = client
+        self.name = name
+        self.retry = retry
+
+    def create(self, description: Optional[str] = None, meta=None) -> dict:
+        """NS.CREATE (ALREADYEXISTS if it exists)."""
+        args, check = _create(self.client, ["NS.CREATE", self.name], ["NS.GET", self.name], None, description, meta)
+        return parse_entity(_call(self.client, self.retry, args, check=check))
+
+    def get(self) -> dict:
+        return parse_entity(_call(self.client, self.retry, ["NS.GET", self.name]))
+
+    def delete(self) -> None:
+        """NS.DELETE: deletes the namespace and everything in it (also when it did not exist)."""
+        _call(self.client, self.retry, ["NS.DELETE", self.name], gone_ok=True)
+
+
+class Lease:
+    """A server-side lease (LEASE.* commands). `id` is the lease id, a capability: keep it secret.
+    `retry`: see "Cluster mode"."""
+
+    def __init__(self, client: Any, ns: str, lease_id: str, ttl: int, info: Optional[dict] = None,
+                 retry: Optional[RetryPolicy] = DEFAULT_RETRY):
         self.client = client
         self.ns = ns
         self.id = _s(lease_id)
         self.ttl = int(ttl)
         self.info = info or {}
+        self.retry = retry
         # Monotonic time before which the lease is known alive: the server set its expiry to
         # (its receipt time + ttl), and we sent the command after `sent`.
         self._alive_until = time.monotonic()
 
     @classmethod
-    def create(cls, client, ns: str, process_id: str, ttl: int, meta=None) -> "Lease":
+    def create(cls, client, ns: str, process_id: str, ttl: int, meta=None,
+               retry: Optional[RetryPolicy] = DEFAULT_RETRY) -> "Lease":
+        """LEASE.CREATE (a re-sent one may leave an orphan lease: see "Cluster mode")."""
         sent = time.monotonic()
-        reply = parse_entity(client.execute_command("LEASE.CREATE", ns, process_id, int(ttl), *_meta_args(meta)))
-        lease = cls(client, ns, reply["lease_id"], ttl, reply)
+        reply = parse_entity(_call(client, retry, ["LEASE.CREATE", ns, process_id, int(ttl)] + _meta_args(meta)))
+        lease = cls(client, ns, reply["lease_id"], ttl, reply, retry)
         lease._alive_until = sent + int(ttl)
         return lease
 
     def refresh(self, ttl: Optional[int] = None) -> dict:
         """LEASE.REFRESH: expires_at = server now + ttl (default: the lease's ttl)."""
+        return self._refresh(ttl)
+
+    def _refresh(self, ttl: Optional[int] = None, **rules) -> dict:
         if ttl is not None:
             self.ttl = int(ttl)
         sent = time.monotonic()
-        self.info = parse_entity(self.client.execute_command("LEASE.REFRESH", self.ns, self.id, self.ttl))
+        self.info = parse_entity(_call(self.client, self.retry, ["LEASE.REFRESH", self.ns, self.id, self.ttl], **rules))
         self._alive_until = sent + self.ttl
         return self.info
 
     def get(self) -> dict:
-        return parse_entity(self.client.execute_command("LEASE.GET", self.ns, self.id))
+        return parse_entity(_call(self.client, self.retry, ["LEASE.GET", self.ns, self.id]))
 
     def revoke(self) -> None:
         """LEASE.REVOKE: releases every hold of the lease and deletes it."""
-        self.client.execute_command("LEASE.REVOKE", self.ns, self.id)
+        _call(self.client, self.retry, ["LEASE.REVOKE", self.ns, self.id], gone_ok=True)
 
     def heartbeat(self, fraction: float = 1 / 3, on_lost: Optional[Callable[[BaseException], Any]] = None,
                   start: bool = True) -> "Heartbeat":
@@ -350,8 +697,10 @@ class Heartbeat:
 
     The lease is reported lost (the `lost` flag is set, `error` holds why, `on_lost(error)` is
     called once, from the heartbeat thread, and the thread stops) when LEASE.REFRESH answers
-    NOTFOUND (expired or revoked) or any other error reply, or when connection errors last past
-    the moment the lease is known to be alive until. Use as a context manager or start()/stop().
+    NOTFOUND (expired or revoked) or any other error reply, or when connection errors or a
+    cluster's failover (MOVED, CLUSTERDOWN, TRYAGAIN, LEADERCHANGED: retried meanwhile, see
+    "Cluster mode") last past the moment the lease is known to be alive until. Use as a context
+    manager or start()/stop().
     """
 
     def __init__(self, lease: Lease, fraction: float = 1 / 3,
@@ -405,37 +754,50 @@ class Heartbeat:
             # after a very slow refresh: one at once, then the regular rate (no backlog)
             next_at = max(next_at, time.monotonic()) + self.interval
             try:
-                self.lease.refresh()
+                self.lease._refresh(until=self.lease._alive_until, pause=self._stop.wait)
                 self.refreshes += 1
-            except ResponseError as err:
-                self._report(LeaseLost(f"lease refresh failed: {err}", err))
-                return
-            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
-                if time.monotonic() >= self.lease._alive_until:
-                    self._report(LeaseLost(f"lease could not be refreshed before it expired: {err}", err))
+            except Exception as err:  # noqa: BLE001 - _lost_by raises what is not ours
+                if self._stop.is_set():
+                    return
+                lost = _lost_by(self.lease, err)
+                if lost is not None:
+                    self._report(lost)
                     return
 
 
 class Semaphore:
-    """One semaphore of a namespace: SEM.ACQUIRE / SEM.RELEASE / SEM.GET / SEM.HOLDERS."""
+    """One semaphore of a namespace: SEM.ACQUIRE / SEM.RELEASE / SEM.GET / SEM.HOLDERS, and
+    SEM.CREATE / SEM.DELETE. `retry`: see "Cluster mode"."""
 
-    def __init__(self, client: Any, ns: str, name: str):
+    def __init__(self, client: Any, ns: str, name: str, retry: Optional[RetryPolicy] = DEFAULT_RETRY):
         self.client = client
         self.ns = ns
         self.name = name
+        self.retry = retry
+
+    def create(self, permits: int, description: Optional[str] = None, meta=None) -> dict:
+        """SEM.CREATE (ALREADYEXISTS if it exists)."""
+        args, check = _create(self.client, ["SEM.CREATE", self.ns, self.name, int(permits)],
+                              ["SEM.GET", self.ns, self.name], int(permits), description, meta)
+        return parse_entity(_call(self.client, self.retry, args, check=check))
+
+    def delete(self) -> None:
+        """SEM.DELETE (also when the semaphore did not exist)."""
+        _call(self.client, self.retry, ["SEM.DELETE", self.ns, self.name], gone_ok=True)
 
     def acquire(self, lease, weight: int = 1, timeout: float = 0, meta=None) -> AcquireResult:
         """SEM.ACQUIRE: waits server-side up to `timeout` s (0: don't wait). Never raises for
         UNAVAILABLE / TIMED_OUT (check `.acquired`); server errors raise ResponseError."""
         _check_timeout(self.client, timeout)
-        return parse_acquire(self.client.execute_command(*_acquire_args(self.ns, self.name, lease, weight, timeout, meta)))
+        args = _acquire_args(self.ns, self.name, lease, weight, timeout, meta)
+        return _timed(parse_acquire(_call(self.client, self.retry, args, timeout_at=_ACQUIRE_TIMEOUT_AT)), timeout)
 
     def release(self, lease) -> dict:
         """SEM.RELEASE: returns the semaphore (unchanged if the lease held nothing here)."""
-        return parse_entity(self.client.execute_command("SEM.RELEASE", self.ns, self.name, _lease_id(lease)))
+        return parse_entity(_call(self.client, self.retry, ["SEM.RELEASE", self.ns, self.name, _lease_id(lease)]))
 
     def get(self) -> dict:
-        return parse_entity(self.client.execute_command("SEM.GET", self.ns, self.name))
+        return parse_entity(_call(self.client, self.retry, ["SEM.GET", self.ns, self.name]))
 
     def holders(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> dict:
         """One page of SEM.HOLDERS (oldest first): {'holders': [...], 'next_cursor': ...}."""
@@ -444,7 +806,7 @@ class Semaphore:
             args += ["CURSOR", cursor]
         if limit is not None:
             args += ["LIMIT", int(limit)]
-        return parse_page(self.client.execute_command(*args))
+        return parse_page(_call(self.client, self.retry, args))
 
     @contextlib.contextmanager
     def hold(self, lease, weight: int = 1, timeout: float = 0, meta=None):
@@ -461,10 +823,12 @@ class Semaphore:
     def acquire_all(lease, parts, timeout: float = 0, meta=None) -> AcquireAllResult:
         """SEM.ACQUIREALL over `parts`, (Semaphore, weight) pairs of one client and namespace:
         every weight or none, waiting server-side up to `timeout` s in FIFO order across the
-        semaphores. META goes to every hold. Never raises for UNAVAILABLE / TIMED_OUT."""
+        semaphores. META goes to every hold. Never raises for UNAVAILABLE / TIMED_OUT. Retried
+        under the first semaphore's `retry`."""
         client, _, args = _acquire_all_args(lease, parts, timeout, meta)
         _check_timeout(client, timeout)
-        return parse_acquire_all(client.execute_command(*args))
+        reply = _call(client, parts[0][0].retry, args, timeout_at=_ACQUIRE_ALL_TIMEOUT_AT)
+        return _timed(parse_acquire_all(reply), timeout)
 
     @staticmethod
     @contextlib.contextmanager
@@ -495,38 +859,64 @@ def _releasing(sems: list, lease):
 # --- asyncio ---------------------------------------------------------------------------------
 
 
+class AsyncNamespace:
+    """Namespace for redis.asyncio clients (same methods, awaitable)."""
+
+    def __init__(self, client: Any, name: str, retry: Optional[RetryPolicy] = DEFAULT_RETRY):
+        self.client = client
+        self.name = name
+        self.retry = retry
+
+    async def create(self, description: Optional[str] = None, meta=None) -> dict:
+        args, check = _create(self.client, ["NS.CREATE", self.name], ["NS.GET", self.name], None, description, meta)
+        return parse_entity(await _acall(self.client, self.retry, args, check=check))
+
+    async def get(self) -> dict:
+        return parse_entity(await _acall(self.client, self.retry, ["NS.GET", self.name]))
+
+    async def delete(self) -> None:
+        await _acall(self.client, self.retry, ["NS.DELETE", self.name], gone_ok=True)
+
+
 class AsyncLease:
     """Lease for redis.asyncio clients (same methods, awaitable)."""
 
-    def __init__(self, client: Any, ns: str, lease_id: str, ttl: int, info: Optional[dict] = None):
+    def __init__(self, client: Any, ns: str, lease_id: str, ttl: int, info: Optional[dict] = None,
+                 retry: Optional[RetryPolicy] = DEFAULT_RETRY):
         self.client = client
         self.ns = ns
         self.id = _s(lease_id)
         self.ttl = int(ttl)
         self.info = info or {}
+        self.retry = retry
         self._alive_until = time.monotonic()
 
     @classmethod
-    async def create(cls, client, ns: str, process_id: str, ttl: int, meta=None) -> "AsyncLease":
+    async def create(cls, client, ns: str, process_id: str, ttl: int, meta=None,
+                     retry: Optional[RetryPolicy] = DEFAULT_RETRY) -> "AsyncLease":
         sent = time.monotonic()
-        reply = parse_entity(await client.execute_command("LEASE.CREATE", ns, process_id, int(ttl), *_meta_args(meta)))
-        lease = cls(client, ns, reply["lease_id"], ttl, reply)
+        reply = parse_entity(await _acall(client, retry, ["LEASE.CREATE", ns, process_id, int(ttl)] + _meta_args(meta)))
+        lease = cls(client, ns, reply["lease_id"], ttl, reply, retry)
         lease._alive_until = sent + int(ttl)
         return lease
 
     async def refresh(self, ttl: Optional[int] = None) -> dict:
+        return await self._refresh(ttl)
+
+    async def _refresh(self, ttl: Optional[int] = None, **rules) -> dict:
         if ttl is not None:
             self.ttl = int(ttl)
         sent = time.monotonic()
-        self.info = parse_entity(await self.client.execute_command("LEASE.REFRESH", self.ns, self.id, self.ttl))
+        reply = await _acall(self.client, self.retry, ["LEASE.REFRESH", self.ns, self.id, self.ttl], **rules)
+        self.info = parse_entity(reply)
         self._alive_until = sent + self.ttl
         return self.info
 
     async def get(self) -> dict:
-        return parse_entity(await self.client.execute_command("LEASE.GET", self.ns, self.id))
+        return parse_entity(await _acall(self.client, self.retry, ["LEASE.GET", self.ns, self.id]))
 
     async def revoke(self) -> None:
-        await self.client.execute_command("LEASE.REVOKE", self.ns, self.id)
+        await _acall(self.client, self.retry, ["LEASE.REVOKE", self.ns, self.id], gone_ok=True)
 
     def heartbeat(self, fraction: float = 1 / 3, on_lost: Optional[Callable[[BaseException], Any]] = None,
                   start: bool = True) -> "AsyncHeartbeat":
@@ -604,34 +994,43 @@ class AsyncHeartbeat:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             next_at = max(next_at, time.monotonic()) + self.interval
             try:
-                await self.lease.refresh()
+                await self.lease._refresh(until=self.lease._alive_until)
                 self.refreshes += 1
-            except ResponseError as err:
-                await self._report(LeaseLost(f"lease refresh failed: {err}", err))
-                return
-            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
-                if time.monotonic() >= self.lease._alive_until:
-                    await self._report(LeaseLost(f"lease could not be refreshed before it expired: {err}", err))
+            except Exception as err:  # noqa: BLE001 - _lost_by raises what is not ours
+                lost = _lost_by(self.lease, err)
+                if lost is not None:
+                    await self._report(lost)
                     return
 
 
 class AsyncSemaphore:
     """Semaphore for redis.asyncio clients (same methods, awaitable; `async with sem.hold(...)`)."""
 
-    def __init__(self, client: Any, ns: str, name: str):
+    def __init__(self, client: Any, ns: str, name: str, retry: Optional[RetryPolicy] = DEFAULT_RETRY):
         self.client = client
         self.ns = ns
         self.name = name
+        self.retry = retry
+
+    async def create(self, permits: int, description: Optional[str] = None, meta=None) -> dict:
+        args, check = _create(self.client, ["SEM.CREATE", self.ns, self.name, int(permits)],
+                              ["SEM.GET", self.ns, self.name], int(permits), description, meta)
+        return parse_entity(await _acall(self.client, self.retry, args, check=check))
+
+    async def delete(self) -> None:
+        await _acall(self.client, self.retry, ["SEM.DELETE", self.ns, self.name], gone_ok=True)
 
     async def acquire(self, lease, weight: int = 1, timeout: float = 0, meta=None) -> AcquireResult:
         _check_timeout(self.client, timeout)
-        return parse_acquire(await self.client.execute_command(*_acquire_args(self.ns, self.name, lease, weight, timeout, meta)))
+        args = _acquire_args(self.ns, self.name, lease, weight, timeout, meta)
+        reply = await _acall(self.client, self.retry, args, timeout_at=_ACQUIRE_TIMEOUT_AT)
+        return _timed(parse_acquire(reply), timeout)
 
     async def release(self, lease) -> dict:
-        return parse_entity(await self.client.execute_command("SEM.RELEASE", self.ns, self.name, _lease_id(lease)))
+        return parse_entity(await _acall(self.client, self.retry, ["SEM.RELEASE", self.ns, self.name, _lease_id(lease)]))
 
     async def get(self) -> dict:
-        return parse_entity(await self.client.execute_command("SEM.GET", self.ns, self.name))
+        return parse_entity(await _acall(self.client, self.retry, ["SEM.GET", self.ns, self.name]))
 
     async def holders(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> dict:
         args: list = ["SEM.HOLDERS", self.ns, self.name]
@@ -639,7 +1038,7 @@ class AsyncSemaphore:
             args += ["CURSOR", cursor]
         if limit is not None:
             args += ["LIMIT", int(limit)]
-        return parse_page(await self.client.execute_command(*args))
+        return parse_page(await _acall(self.client, self.retry, args))
 
     @contextlib.asynccontextmanager
     async def hold(self, lease, weight: int = 1, timeout: float = 0, meta=None):
@@ -654,7 +1053,8 @@ class AsyncSemaphore:
         """Semaphore.acquire_all for AsyncSemaphore parts."""
         client, _, args = _acquire_all_args(lease, parts, timeout, meta)
         _check_timeout(client, timeout)
-        return parse_acquire_all(await client.execute_command(*args))
+        reply = await _acall(client, parts[0][0].retry, args, timeout_at=_ACQUIRE_ALL_TIMEOUT_AT)
+        return _timed(parse_acquire_all(reply), timeout)
 
     @staticmethod
     @contextlib.asynccontextmanager
