@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # redis-compat/node/run.sh PORT: runs the ioredis suite (ioredis 5 on RESP2, ioredis 6 on RESP3,
 # plain and Cluster, and the permitd.js helper) with node's built-in test runner against a
-# permitd already listening on 127.0.0.1:PORT. Installs the locked dependencies with `npm ci`
-# (again only when package-lock.json changed).
+# permitd already listening on 127.0.0.1:PORT; test/retry.test.js runs the helper's cluster-mode
+# retries against scripted fake nodes of its own (test/fake.js) instead. Installs the locked
+# dependencies with `npm ci` (again only when package-lock.json changed).
 set -euo pipefail
 PORT=${1:?usage: run.sh PORT}
 cd "$(dirname "${BASH_SOURCE[0]}")"
