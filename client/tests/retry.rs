@@ -32,6 +32,8 @@ type Script = Box<dyn FnMut(&[String]) -> Answer + Send>;
 struct Fake {
     addr: SocketAddr,
     log: Arc<Mutex<Vec<Vec<String>>>>,
+    /// The node its CLUSTER SLOTS names as serving every slot (itself while `None`).
+    leader: Arc<Mutex<Option<SocketAddr>>>,
 }
 
 impl Fake {
@@ -40,13 +42,14 @@ impl Fake {
         let addr = listener.local_addr().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let script: Arc<Mutex<Script>> = Arc::new(Mutex::new(Box::new(script)));
-        let sent = log.clone();
+        let leader = Arc::new(Mutex::new(None));
+        let (sent, slots) = (log.clone(), leader.clone());
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, script.clone(), sent.clone()));
+                tokio::spawn(serve(stream, script.clone(), sent.clone(), slots.clone()));
             }
         });
-        Fake { addr, log }
+        Fake { addr, log, leader }
     }
 
     fn client(&self) -> redis::Client {
@@ -69,13 +72,28 @@ impl Fake {
     }
 }
 
-async fn serve(stream: TcpStream, script: Arc<Mutex<Script>>, log: Arc<Mutex<Vec<Vec<String>>>>) {
+async fn serve(
+    stream: TcpStream,
+    script: Arc<Mutex<Script>>,
+    log: Arc<Mutex<Vec<Vec<String>>>>,
+    leader: Arc<Mutex<Option<SocketAddr>>>,
+) {
+    let stream_addr = stream.local_addr().unwrap();
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
     while let Some(cmd) = read_command(&mut read).await {
         let answer = match cmd[0].as_str() {
             "CLIENT" => Answer::Reply("+OK\r\n".into()),
             "PING" => Answer::Reply("+PONG\r\n".into()),
+            // A cluster client's CLUSTER SLOTS: one node serves every slot.
+            "CLUSTER" => {
+                let at = leader.lock().unwrap().unwrap_or(stream_addr);
+                Answer::Reply(format!(
+                    "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n{}{}",
+                    bulk(&at.ip().to_string()),
+                    int(at.port().into())
+                ))
+            }
             _ => {
                 log.lock().unwrap().push(cmd.clone());
                 (script.lock().unwrap())(&cmd)
@@ -518,4 +536,87 @@ async fn the_heartbeat_follows_moved_to_the_leader() {
     assert!(!hb.is_lost());
     assert!(follower.sent("LEASE.REFRESH").len() <= 2);
     assert!(leader.sent("LEASE.REFRESH").len() >= 3);
+}
+
+// --- the redis crate's cluster connection -------------------------------------------------
+
+/// A cluster connection to `fake`, with the redis crate's own retries or `retries`.
+async fn cluster(fake: &Fake, retries: Option<u32>) -> redis::cluster_async::ClusterConnection {
+    let builder = redis::cluster::ClusterClientBuilder::new(vec![format!("redis://{}", fake.addr)]);
+    let builder = match retries {
+        Some(n) => builder.retries(n),
+        None => builder,
+    };
+    builder
+        .build()
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap()
+}
+
+fn tryagain_once() -> impl FnMut(&[String]) -> Answer + Send + 'static {
+    let mut n = 0;
+    move |_| {
+        n += 1;
+        match n {
+            1 => err("TRYAGAIN the new leader is not ready yet"),
+            _ => acquired("db", 5),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_cluster_connection_resends_the_first_timeout_itself_unless_built_with_no_retries() {
+    // Its own retries: the library sleeps (at least 1.28 s) and re-sends the acquire as first
+    // sent, with the whole timeout again; the helper never sees the TRYAGAIN.
+    let fake = Fake::start(tryagain_once()).await;
+    let mut c = cluster(&fake, None).await;
+    let a = Semaphore::new("team", "db")
+        .acquire(&mut c, &lease(30), 1, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(a.fencing_token, Some(5));
+    assert_eq!(timeouts(&fake.sent("SEM.ACQUIRE"), 5), [2.0, 2.0]);
+
+    // retries(0): the TRYAGAIN comes back to the helper, which re-sends with the time left.
+    let fake = Fake::start(tryagain_once()).await;
+    let mut c = cluster(&fake, Some(0)).await;
+    let a = Semaphore::new("team", "db")
+        .acquire(&mut c, &lease(30), 1, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(a.fencing_token, Some(5));
+    let t = timeouts(&fake.sent("SEM.ACQUIRE"), 5);
+    assert!(t.len() == 2 && t[1] < 2.0 - 0.04, "{t:?}");
+}
+
+#[tokio::test]
+async fn a_cluster_connection_with_no_retries_finds_the_new_leader_for_the_helper() {
+    let leader = Fake::start(|cmd| match cmd[0].as_str() {
+        "SEM.ACQUIRE" => acquired("db", 12),
+        _ => lease_reply(),
+    })
+    .await;
+    let moved = format!("MOVED 8454 {}", leader.addr);
+    let old = Fake::start(move |_| err(&moved)).await;
+    let mut c = cluster(&old, Some(0)).await;
+    // Leadership moves: the old node now names the new leader.
+    *old.leader.lock().unwrap() = Some(leader.addr);
+    let a = Semaphore::new("team", "db")
+        .acquire(&mut c, &lease(30), 1, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(a.fencing_token, Some(12));
+    let (before, after) = (old.sent("SEM.ACQUIRE"), leader.sent("SEM.ACQUIRE"));
+    assert!(!before.is_empty() && before.len() <= 3, "{before:?}");
+    assert_eq!(after.len(), 1);
+    assert!(timeouts(&after, 5)[0] < 2.0, "sent with the time left");
+
+    // A heartbeat on the cluster connection refreshes on the leader.
+    let hb = Heartbeat::start_on(c.clone(), lease(2), Some(Duration::from_millis(100)));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!hb.is_lost());
+    assert!(leader.sent("LEASE.REFRESH").len() >= 2);
+    assert!(old.sent("LEASE.REFRESH").is_empty());
 }
