@@ -14,6 +14,8 @@
 //!   own connection (a [`Heartbeat`] opens its own).
 //! - The connection's response timeout must be above the acquire timeout (the `redis` crate's
 //!   multiplexed connections default to 500 ms; set `AsyncConnectionConfig::set_response_timeout`).
+//!   Otherwise the acquire times out on the client, its outcome unknown, and is re-sent with the
+//!   time left until its deadline, the re-sends queued behind it on the same connection.
 //!
 //! ```no_run
 //! # async fn demo() -> redis::RedisResult<()> {

@@ -7,8 +7,9 @@
 //! calls ([`Lease`](crate::Lease), [`Semaphore`](crate::Semaphore),
 //! [`Heartbeat`](crate::Heartbeat)) handle them so:
 //!
-//! - **Not run** (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`, a refused connection): sent again, after a
-//!   pause that starts at [`Retry::first_pause`] and doubles up to [`Retry::max_pause`].
+//! - **Not run** (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`, a refused connection, a cluster connection
+//!   with no node for the slot): sent again, after a pause that starts at [`Retry::first_pause`]
+//!   and doubles up to [`Retry::max_pause`].
 //! - **Outcome unknown** (`LEADERCHANGED`, or the connection lost or timed out after sending):
 //!   sent again as well, which is safe for each call: an acquire is re-sent with the same lease
 //!   and weight (if the first try took effect, the server answers the same hold and fencing
@@ -18,7 +19,8 @@
 //!   A re-sent `LEASE.CREATE` may leave the first try's lease behind, unused: it dies at its ttl.
 //! - **How long**: an acquire (`SEM.ACQUIRE`, `SEM.ACQUIREALL`) keeps its own deadline, its
 //!   timeout from the first send; each re-send carries the time left, so the call as a whole
-//!   never waits longer than asked (a timeout of 0 is not re-sent). When the deadline passes
+//!   waits no longer than asked, give or take one last round trip (a timeout of 0 is not
+//!   re-sent). When the deadline passes
 //!   without an answer the call fails with a timeout ([`redis::RedisError::is_timeout`]) that
 //!   names the last error and says whether the lease may hold the permits. Every other call is
 //!   re-sent for [`Retry::budget`] (5 s by default, above the 3 s a failover takes), then fails
@@ -89,7 +91,9 @@ pub(crate) fn fate(e: &RedisError) -> Fate {
         ErrorKind::Server(
             ServerErrorKind::Moved | ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown,
         ) => Fate::NotRun,
+        // Nothing was sent: the connection was refused, or a cluster connection knew no node.
         ErrorKind::Io if e.is_connection_refusal() => Fate::NotRun,
+        ErrorKind::ClusterConnectionNotFound => Fate::NotRun,
         ErrorKind::Io => Fate::Unknown,
         _ if e.code() == Some("LEADERCHANGED") => Fate::Unknown,
         _ => Fate::Final,
