@@ -33,7 +33,7 @@ and a read timeout after sending leave its outcome unknown. On a single node onl
 can happen (a restart). Lease, Semaphore and Namespace take `retry=`, a RetryPolicy (None: send
 once and raise whatever comes, as the client does), and their commands follow these rules:
 
-- Did not run: re-sent after a pause (50 ms, doubling up to 250 ms). An acquire keeps its own
+- Did not run: re-sent after a pause (50 ms, doubling up to 500 ms). An acquire keeps its own
   deadline, its first send plus its timeout: a re-send carries what is left of it (in ms, rounded
   down), and at the deadline the helper gives up, raising the last error. Other commands give up
   `budget` seconds (default 5) after their first send.
@@ -421,7 +421,7 @@ class RetryPolicy:
 
     budget: float = 5.0
     backoff: float = 0.05
-    max_backoff: float = 0.25
+    max_backoff: float = 0.5
 
     def pauses(self) -> Iterator[float]:
         pause = self.backoff
