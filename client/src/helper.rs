@@ -145,12 +145,13 @@ pub struct AcquireAll {
     pub fencing_tokens: Vec<Option<i64>>,
 }
 
-/// An acquire reply's `outcome`.
-fn outcome_of(reply: &Value) -> RedisResult<Outcome> {
+/// An acquire reply's `outcome`, for a call that asked for `timeout`: a re-send at or past the
+/// deadline carries timeout 0, so `UNAVAILABLE` then means the wait timed out.
+fn outcome_of(reply: &Value, timeout: Duration) -> RedisResult<Outcome> {
     match text_field(reply, "outcome")?.as_str() {
         "ACQUIRE_OUTCOME_ACQUIRED" => Ok(Outcome::Acquired),
-        "ACQUIRE_OUTCOME_UNAVAILABLE" => Ok(Outcome::Unavailable),
-        "ACQUIRE_OUTCOME_TIMED_OUT" => Ok(Outcome::TimedOut),
+        "ACQUIRE_OUTCOME_UNAVAILABLE" if timeout.is_zero() => Ok(Outcome::Unavailable),
+        "ACQUIRE_OUTCOME_UNAVAILABLE" | "ACQUIRE_OUTCOME_TIMED_OUT" => Ok(Outcome::TimedOut),
         _ => Err(malformed("outcome")),
     }
 }
@@ -264,7 +265,7 @@ impl Semaphore {
         .result?;
         let sem = field(&reply, "semaphore").ok_or_else(|| malformed("semaphore"))?;
         Ok(Acquire {
-            outcome: outcome_of(&reply)?,
+            outcome: outcome_of(&reply, timeout)?,
             fencing_token: token_of(&reply),
             active_holds: int_field(sem, "active_holds")?,
             permits: int_field(sem, "permits")?,
@@ -297,7 +298,7 @@ impl Semaphore {
             _ => return Err(malformed("holds")),
         };
         Ok(AcquireAll {
-            outcome: outcome_of(&reply)?,
+            outcome: outcome_of(&reply, timeout)?,
             fencing_tokens: holds.iter().map(token_of).collect(),
         })
     }

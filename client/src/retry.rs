@@ -18,14 +18,21 @@
 //!   the re-send is checked with `SEM.GET` (the same permits: done; other settings: the error).
 //!   A re-sent `LEASE.CREATE` may leave the first try's lease behind, unused: it dies at its ttl.
 //! - **How long**: an acquire (`SEM.ACQUIRE`, `SEM.ACQUIREALL`) keeps its own deadline, its
-//!   timeout from the first send; each re-send carries the time left, so the call as a whole
-//!   waits no longer than asked, give or take one last round trip (a timeout of 0 is not
-//!   re-sent). When the deadline passes
-//!   without an answer the call fails with a timeout ([`redis::RedisError::is_timeout`]) that
-//!   names the last error and says whether the lease may hold the permits. Every other call is
-//!   re-sent for [`Retry::budget`] (5 s by default, above the 3 s a failover takes), then fails
-//!   with the last error. A [`Heartbeat`](crate::Heartbeat) retries until the lease would have
-//!   expired: only `NOTFOUND` (or another definite error) ends it as lost.
+//!   timeout from the first send; each re-send carries the time left, so the server does not
+//!   wait past the caller's deadline (to the millisecond). An acquire that did not run is
+//!   re-sent until the deadline (one last time at it, with timeout 0; one asked with timeout 0
+//!   is not re-sent), then the call fails with a timeout ([`redis::RedisError::is_timeout`])
+//!   that names the last error and says nothing was acquired. Once an acquire's outcome is
+//!   unknown, the deadline does not end it: giving up then could leave a hold the caller does
+//!   not know about. It is re-sent (with timeout 0 once the deadline has passed) for up to
+//!   [`Retry::budget`] past the deadline, to learn the outcome: `ACQUIRED` is the hold with its
+//!   fencing token, `UNAVAILABLE` to a call that asked to wait is reported as
+//!   [`Outcome::TimedOut`](crate::Outcome::TimedOut), and no answer within the budget fails
+//!   with a timeout that says the lease may hold the permits (release them, or revoke the
+//!   lease). Every other call is re-sent for [`Retry::budget`] (5 s by default, above the 3 s a
+//!   failover takes), then fails with the last error. A [`Heartbeat`](crate::Heartbeat) retries
+//!   until the lease would have expired: only `NOTFOUND` (or another definite error) ends it as
+//!   lost.
 //! - **`MOVED` on a plain connection**: re-sending to the same node cannot help, so after a few
 //!   `MOVED` answers the call fails with a message that says so. Give the helper a
 //!   `redis::cluster_async::ClusterConnection` (the `redis` crate's `cluster-async` feature),
@@ -52,8 +59,9 @@ use tokio::time::{sleep, Instant};
 /// (the module documentation has the rules). `Retry::default()`: 5 s, 50 ms, 500 ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retry {
-    /// How long a call other than an acquire keeps re-sending (an acquire keeps to its own
-    /// timeout, a heartbeat to the lease's ttl).
+    /// How long a call other than an acquire keeps re-sending (a heartbeat keeps to the lease's
+    /// ttl), and how long past its deadline an acquire whose outcome became unknown keeps
+    /// re-sending to learn it (an acquire otherwise keeps to its own timeout).
     pub budget: Duration,
     /// The pause before the first re-send; each next pause doubles.
     pub first_pause: Duration,
@@ -138,8 +146,12 @@ pub(crate) async fn send<C: ConnectionLike>(
     until: Until,
     mut cmd: impl FnMut(Duration) -> Cmd,
 ) -> Sent {
-    let give_up = match until {
-        Until::Budget => Instant::now() + retry.budget,
+    let start = Instant::now();
+    let end = |maybe_ran: bool| match until {
+        Until::Budget => start + retry.budget,
+        // Whether an acquire holds must be learnt, not left to the caller's deadline: after an
+        // unknown outcome it is re-sent up to the budget past the deadline (with timeout 0 then).
+        Until::Deadline(at) if maybe_ran => at + retry.budget,
         Until::Deadline(at) | Until::Expiry(at) => at,
     };
     let mut pause = retry.first_pause;
@@ -164,7 +176,7 @@ pub(crate) async fn send<C: ConnectionLike>(
         if e.kind() == ErrorKind::Server(ServerErrorKind::Moved) {
             moved += 1;
         }
-        let now = Instant::now();
+        let (now, give_up) = (Instant::now(), end(maybe_ran));
         if f == Fate::Final || now >= give_up || moved > MOVED_RESENDS {
             let result = Err(match until {
                 Until::Deadline(_) if f != Fate::Final && moved <= MOVED_RESENDS => {
@@ -195,13 +207,17 @@ fn surface(e: RedisError) -> RedisError {
     ))
 }
 
-/// An acquire whose deadline passed while the cluster could not answer it.
+/// An acquire that got no answer before its deadline or, its outcome unknown, before the
+/// budget past it.
 fn timed_out(last: RedisError, maybe_ran: bool) -> RedisError {
-    let held = if maybe_ran {
-        "an earlier try's outcome is unknown: the lease may hold the permits (release them, or \
-         acquire again to find out)"
+    let (spent, held) = if maybe_ran {
+        (
+            "timeout, and the retry budget after it,",
+            "an earlier try's outcome is unknown: the lease may hold the permits; release them, or \
+             revoke the lease",
+        )
     } else {
-        "nothing was acquired"
+        ("timeout", "nothing was acquired")
     };
     let last = match (last.code(), last.detail()) {
         (Some(code), Some(detail)) => format!("{code} {detail}"),
@@ -210,7 +226,7 @@ fn timed_out(last: RedisError, maybe_ran: bool) -> RedisError {
     RedisError::from(io::Error::new(
         io::ErrorKind::TimedOut,
         format!(
-            "permitd: the acquire's timeout passed without an answer ({held}); last error: {last}"
+            "permitd: the acquire's {spent} passed without an answer ({held}); last error: {last}"
         ),
     ))
 }

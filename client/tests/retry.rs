@@ -21,6 +21,8 @@ const LEADERCHANGED: &str = "LEADERCHANGED outcome unknown";
 enum Answer {
     /// Writes these bytes back.
     Reply(String),
+    /// Writes these bytes back after a while (as to an acquire parked that long).
+    Late(Duration, String),
     /// Closes the connection without answering.
     Drop,
 }
@@ -105,6 +107,12 @@ async fn serve(
                     return;
                 }
             }
+            Answer::Late(after, bytes) => {
+                tokio::time::sleep(after).await;
+                if write.write_all(bytes.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
             Answer::Drop => return,
         }
     }
@@ -174,6 +182,13 @@ fn acquired(name: &str, token: i64) -> Answer {
         ("outcome", bulk("ACQUIRE_OUTCOME_ACQUIRED")),
         ("semaphore", semaphore(name, 2, 1)),
         ("fencing_token", int(token)),
+    ]))
+}
+
+fn unavailable(name: &str) -> Answer {
+    Answer::Reply(entity(&[
+        ("outcome", bulk("ACQUIRE_OUTCOME_UNAVAILABLE")),
+        ("semaphore", semaphore(name, 2, 2)),
     ]))
 }
 
@@ -427,6 +442,130 @@ async fn a_connection_dropped_after_an_acquire_was_sent_is_resent_on_the_new_one
     let sent = fake.sent("SEM.ACQUIRE");
     assert_eq!(sent.len(), 2);
     assert_eq!(sent[0][..5], sent[1][..5]);
+}
+
+/// A node that answers the first acquire `LEADERCHANGED` after `parked` (a grant whose fate
+/// the old leader never learnt), then `LEADERCHANGED` at once until `settled` has passed since
+/// the first send, then `answer`.
+fn leaderchanged_until(
+    parked: Duration,
+    settled: Duration,
+    answer: fn() -> Answer,
+) -> impl FnMut(&[String]) -> Answer + Send + 'static {
+    let (mut n, mut first) = (0, None);
+    move |_| {
+        n += 1;
+        let since = first.get_or_insert_with(Instant::now).elapsed();
+        match n {
+            1 => Answer::Late(parked, format!("-{LEADERCHANGED}\r\n")),
+            _ if since < settled => err(LEADERCHANGED),
+            _ => answer(),
+        }
+    }
+}
+
+/// Runs an acquire of `timeout` against `fake`, with a retry budget of `budget`; returns the
+/// result, how long it took, and the timeouts the node received.
+async fn acquire_on(
+    fake: &Fake,
+    timeout: Duration,
+    budget: Duration,
+) -> (
+    redis::RedisResult<permitd_client::Acquire>,
+    Duration,
+    Vec<f64>,
+) {
+    let mut c = fake.conn().await;
+    let lease = Lease {
+        retry: Retry {
+            budget,
+            ..Retry::default()
+        },
+        ..lease(30)
+    };
+    let start = Instant::now();
+    let a = Semaphore::new("team", "db")
+        .acquire(&mut c, &lease, 2, timeout)
+        .await;
+    let took = start.elapsed();
+    let sent = fake.sent("SEM.ACQUIRE");
+    assert!(
+        sent.iter()
+            .all(|c| c[1..5] == ["team", "db", LEASE_ID, "2"]),
+        "every send has the same lease and weight: {sent:?}"
+    );
+    (a, took, timeouts(&sent, 5))
+}
+
+#[tokio::test]
+async fn leaderchanged_near_the_deadline_is_settled_past_it_and_acquired_answers_the_hold() {
+    let (timeout, settled) = (Duration::from_millis(500), Duration::from_millis(900));
+    let fake = Fake::start(leaderchanged_until(
+        Duration::from_millis(450),
+        settled,
+        || acquired("db", 77),
+    ))
+    .await;
+    let (a, took, t) = acquire_on(&fake, timeout, Duration::from_secs(5)).await;
+    let a = a.unwrap();
+    assert_eq!((a.outcome, a.fencing_token), (Outcome::Acquired, Some(77)));
+    assert!(took >= settled && took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(t[0], 0.5);
+    let past = t.iter().filter(|&&s| s == 0.0).count();
+    assert!(
+        past >= 2 && t.last() == Some(&0.0),
+        "re-sent with timeout 0 past the deadline: {t:?}"
+    );
+}
+
+#[tokio::test]
+async fn leaderchanged_near_the_deadline_then_unavailable_is_timed_out() {
+    let (timeout, settled) = (Duration::from_millis(500), Duration::from_millis(900));
+    let fake = Fake::start(leaderchanged_until(
+        Duration::from_millis(450),
+        settled,
+        || unavailable("db"),
+    ))
+    .await;
+    let (a, took, t) = acquire_on(&fake, timeout, Duration::from_secs(5)).await;
+    let a = a.unwrap();
+    assert_eq!((a.outcome, a.fencing_token), (Outcome::TimedOut, None));
+    assert!(took >= settled && took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(t.last(), Some(&0.0), "{t:?}");
+}
+
+#[tokio::test]
+async fn leaderchanged_past_the_deadline_and_the_budget_fails_saying_the_lease_may_hold() {
+    let (timeout, budget) = (Duration::from_millis(300), Duration::from_millis(1500));
+    let sends = Arc::new(Mutex::new(Vec::new()));
+    let at = sends.clone();
+    let fake = Fake::start(move |_| {
+        at.lock().unwrap().push(Instant::now());
+        err(LEADERCHANGED)
+    })
+    .await;
+    let (a, took, t) = acquire_on(&fake, timeout, budget).await;
+    let e = a.unwrap_err();
+    assert!(e.is_timeout(), "{e}");
+    assert!(e.to_string().contains("LEADERCHANGED"), "{e}");
+    assert!(e.to_string().contains("may hold the permits"), "{e}");
+    assert!(
+        took >= timeout + budget - Duration::from_millis(50) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    assert!(t.iter().filter(|&&s| s == 0.0).count() >= 2, "{t:?}");
+    // The pauses between sends: 50 ms, doubling, at most 500 ms (the last one cut to the end).
+    let sends = sends.lock().unwrap();
+    let gaps: Vec<u128> = sends
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis())
+        .collect();
+    assert!(gaps[0] >= 50 && gaps[0] < 100, "{gaps:?}");
+    for (gap, least) in gaps.iter().zip([50, 100, 200, 400, 500]) {
+        assert!(*gap >= least, "{gaps:?}");
+    }
+    assert!(gaps.iter().all(|&g| g < 700), "{gaps:?}");
+    assert!(gaps.iter().filter(|&&g| g >= 450).count() >= 2, "{gaps:?}");
 }
 
 // --- bounded ------------------------------------------------------------------------------
