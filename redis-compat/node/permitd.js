@@ -46,8 +46,8 @@
 //   timeout-0 acquire has no time for a retry. An acquire that asked to wait and ends
 //   UNAVAILABLE (a re-send at its deadline) is reported TIMED_OUT: it waited its whole timeout.
 // - LEADERCHANGED, or a connection lost or timed out after sending: the outcome is unknown, and
-//   the command is sent again within the same limits (an acquire also for a retry budget from
-//   then, with timeout 0 once its deadline is spent, to learn whether it holds):
+//   the command is sent again within the same limits (an acquire also for a retry budget past
+//   its deadline, with timeout 0 once the deadline is spent, to learn whether it holds):
 //   SEM.ACQUIRE / SEM.ACQUIREALL with the same lease and weights (a committed first try makes
 //   the server answer the same hold and fencing token); SEM.RELEASE and LEASE.REFRESH as they
 //   are; LEASE.REVOKE and SEM.DELETE / NS.DELETE take NOTFOUND as done; SEM.CREATE / NS.CREATE
@@ -289,7 +289,7 @@ async function send(client, name, args, { acquire, giveUpAt, settle, signal } = 
     // whether the lease holds the permits must be learnt: past the deadline, with timeout 0
     if (acquire && kind === 'unknown' && !settling) {
       settling = true;
-      end = Math.max(end, performance.now() + policy.budgetMs);
+      end = acquire.deadline + policy.budgetMs;
     }
     const left = end - performance.now();
     if (left <= 0) {
