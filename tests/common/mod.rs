@@ -54,32 +54,37 @@ impl Server {
     /// (`--bind 127.0.0.1 --port P --dir D --shards 2`; pass `--bind` or `--shards` to override
     /// those).
     pub fn start_with(args: &[&str]) -> Server {
+        // The free port is found by binding and dropping a listener, so another process may
+        // take it before the server binds it: retry with a new port if the server dies early.
+        let mut last_err = String::new();
+        for _ in 0..3 {
+            match Server::start_at(free_port(), args) {
+                Ok(server) => return server,
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("permitd did not start: {last_err}");
+    }
+
+    /// Like [`Server::start_with`] on the given port, once: for a caller that chose its ports
+    /// beforehand (a cluster's nodes name each other's). The error carries the server's log.
+    pub fn start_at(port: u16, args: &[&str]) -> Result<Server, String> {
         let root = unique_temp_dir();
         let dir = root.join("data");
         fs::create_dir_all(&dir).expect("create server data dir");
         let log = root.join("permitd.log");
         let mut server = Server {
             child: None,
-            port: 0,
+            port,
             root,
             dir,
             log,
             extra: args.iter().map(|s| s.to_string()).collect(),
         };
-        // The free port is found by binding and dropping a listener, so another process may
-        // take it before the server binds it: retry with a new port if the server dies early.
-        let mut last_err = String::new();
-        for _ in 0..3 {
-            server.port = free_port();
-            match server.spawn_and_wait() {
-                Ok(()) => return server,
-                Err(e) => last_err = e,
-            }
-        }
-        panic!(
-            "permitd did not start: {last_err}\n--- server log ---\n{}",
-            server.log_tail(60)
-        );
+        server
+            .spawn_and_wait()
+            .map_err(|e| format!("{e}\n--- server log ---\n{}", server.log_tail(60)))?;
+        Ok(server)
     }
 
     /// The TCP port the server listens on.
@@ -738,14 +743,19 @@ pub struct RawConn {
 
 impl RawConn {
     pub fn connect(addr: SocketAddr) -> RawConn {
-        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("raw connect");
-        s.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
-        s.set_write_timeout(Some(CLIENT_TIMEOUT)).unwrap();
-        s.set_nodelay(true).unwrap();
-        RawConn {
+        RawConn::try_connect(addr).expect("raw connect")
+    }
+
+    /// [`RawConn::connect`] for a caller that expects the server to be away at times.
+    pub fn try_connect(addr: SocketAddr) -> io::Result<RawConn> {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        s.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+        s.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+        s.set_nodelay(true)?;
+        Ok(RawConn {
             stream: s,
             buf: Vec::new(),
-        }
+        })
     }
 
     pub fn stream(&self) -> &TcpStream {
