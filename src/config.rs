@@ -231,6 +231,36 @@ pub struct Config {
     /// `local` (clients on 127.0.0.1 or ::1), as Redis's option of the same name.
     #[arg(long, env = "PERMITD_ENABLE_DEBUG_COMMAND", value_enum, default_value_t = Protected::No)]
     pub enable_debug_command: Protected,
+
+    /// Cluster mode (SPEC §10): this node's id in its cluster, an integer >= 1, unique and
+    /// never reused. Without it the server is a single node and the other `--cluster-*`
+    /// options are refused.
+    #[arg(long, env = "PERMITD_CLUSTER_NODE_ID", value_parser = clap::value_parser!(u64).range(1..))]
+    pub cluster_node_id: Option<u64>,
+
+    /// Cluster mode: the port peers reach this node on (default `--port` + 10000).
+    #[arg(long, env = "PERMITD_CLUSTER_PORT")]
+    pub cluster_port: Option<u16>,
+
+    /// Cluster mode: the secret every peer must prove it knows; required unless every peer
+    /// address is loopback. Prefer `--cluster-secret-file`: a command line is visible to every
+    /// user of the machine.
+    #[arg(
+        long,
+        env = "PERMITD_CLUSTER_SECRET",
+        conflicts_with = "cluster_secret_file"
+    )]
+    pub cluster_secret: Option<String>,
+
+    /// Cluster mode: a file holding the cluster secret (its first line).
+    #[arg(long, env = "PERMITD_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
+
+    /// Cluster mode: forms a new cluster of the voters named, this node included:
+    /// `ID=host:port[@cport],...` (cport defaults to port + 10000). Exactly one node, once, on
+    /// an empty `--dir`.
+    #[arg(long, env = "PERMITD_CLUSTER_INIT")]
+    pub cluster_init: Option<String>,
 }
 
 /// Who may run a protected command (Redis's `enable-debug-command` values).
@@ -380,6 +410,17 @@ impl Config {
                 if self.protected_mode { "yes" } else { "no" }.to_string(),
             ),
             ("tls-port", self.tls_port.unwrap_or(0).to_string()),
+            (
+                "cluster-node-id",
+                self.cluster_node_id.unwrap_or(0).to_string(),
+            ),
+            (
+                "cluster-port",
+                self.cluster_node_id
+                    .and(self.cluster_port.or(self.port.checked_add(10000)))
+                    .unwrap_or(0)
+                    .to_string(),
+            ),
             ("metrics-port", self.metrics_port.unwrap_or(0).to_string()),
             (
                 "metrics-max-semaphores",

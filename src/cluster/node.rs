@@ -63,6 +63,8 @@ pub struct PeerStatus {
     pub id: u64,
     /// Its cluster port.
     pub raft_addr: String,
+    /// Where its clients reach it.
+    pub client_addr: String,
     /// The last index it holds, as far as the leader knows (`None` elsewhere).
     pub matched: Option<u64>,
     /// How far behind the leader's log it is (`None` elsewhere).
@@ -77,6 +79,9 @@ pub struct Status {
     /// Whether it leads, follows, stands for election, only learns or has stopped, as
     /// openraft's metrics say now.
     pub role: Role,
+    /// Where this node's clients reach it, as its membership entry says (`None` before it
+    /// belongs to a cluster).
+    pub client_addr: Option<String>,
     /// The current term.
     pub term: u64,
     /// The leader, when one is known.
@@ -117,6 +122,7 @@ impl Status {
                 PeerStatus {
                     id: *id,
                     raft_addr: p.raft_addr.clone(),
+                    client_addr: p.client_addr.clone(),
                     matched: progress.and_then(|l| l.as_ref().map(|l| l.index)),
                     lag: progress.map(|l| {
                         count(m.last_log_index).saturating_sub(count(l.as_ref().map(|l| l.index)))
@@ -133,6 +139,7 @@ impl Status {
                 ServerState::Learner => Role::Learner,
                 ServerState::Shutdown => Role::Shutdown,
             },
+            client_addr: membership.get_node(&m.id).map(|p| p.client_addr.clone()),
             term: m.current_term,
             leader,
             leader_id: m.vote.committed.then_some(m.vote.leader_id),

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::acl::User;
+use super::cluster;
 use super::conn::{Conn, Service, Transport, OUT_FLUSH};
 use super::info;
 use super::memory;
@@ -157,6 +158,11 @@ impl Dispatch {
             return self
                 .refuse(conn, spec, Error::Oom(memory::OOM.into()))
                 .await;
+        }
+        // As Redis Cluster, a command for a slot this node does not serve is refused before it
+        // is queued in a transaction.
+        if let Some(e) = cluster::refusal(&conn.g, spec, argv) {
+            return self.refuse(conn, spec, e).await;
         }
         let started = Instant::now();
         match spec.cmd {

@@ -4,7 +4,7 @@
 //! behind the methods of that party.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Instant;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -19,6 +19,7 @@ use super::monitor::Monitors;
 use super::msg::{ShardMsg, ThreadMsg};
 use super::slowlog::SlowLog;
 use super::topology::Topology;
+use crate::cluster::node::Handle;
 use crate::config::Config;
 use crate::engine::types::{Limits, Name, Nanos};
 use crate::error::Error;
@@ -90,8 +91,11 @@ pub struct Global {
     pub memory: MemoryLimit,
     /// The port listened on (`--port 0` picks one).
     pub port: u16,
-    /// The cluster as this node knows it.
-    pub topology: Topology,
+    /// The cluster as this node knows it (replaced when the cluster's leader or members
+    /// change).
+    topology: RwLock<Topology>,
+    /// Cluster mode: the node's handle, set once it runs.
+    cluster: OnceLock<Handle>,
     /// When the server was ready to serve (after loading its data).
     pub started: Instant,
     /// The clients in MONITOR mode.
@@ -120,6 +124,29 @@ pub struct Global {
 }
 
 impl Global {
+    /// The cluster as this node knows it now.
+    pub fn topology(&self) -> RwLockReadGuard<'_, Topology> {
+        self.topology.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Cluster mode: the node's handle (`None` on a single node).
+    pub fn cluster(&self) -> Option<&Handle> {
+        self.cluster.get()
+    }
+
+    /// Cluster mode: the node runs (set once, at start).
+    pub fn set_cluster(&self, node: Handle) {
+        let _ = self.cluster.set(node);
+    }
+
+    /// Replaces the topology: the cluster elected another leader, or its members changed.
+    pub fn set_topology(&self, topology: Topology) {
+        *self
+            .topology
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = topology;
+    }
+
     /// The shared state of a server with one shard thread per inbox.
     pub fn new(
         config: Config,
@@ -141,7 +168,8 @@ impl Global {
             acl,
             tls,
             port,
-            topology,
+            topology: RwLock::new(topology),
+            cluster: OnceLock::new(),
             started: Instant::now(),
             durable: inboxes
                 .iter()

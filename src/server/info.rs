@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 
+use super::cluster;
 use super::global::Global;
 use super::memory;
 use super::msg::ShardInfo;
@@ -109,6 +110,7 @@ const SECTIONS: &[&str] = &[
     "errorstats",
     "latencystats",
     "cluster",
+    "raft",
     "keyspace",
 ];
 
@@ -147,7 +149,8 @@ pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
     let wanted = wanted(asked);
     let mut out = String::new();
     for &section in SECTIONS {
-        if !shows(&wanted, section) {
+        // `# Raft` only in cluster mode (SPEC §10).
+        if !shows(&wanted, section) || (section == "raft" && g.cluster().is_none()) {
             continue;
         }
         if !out.is_empty() {
@@ -160,8 +163,11 @@ pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
         }
         out.push_str(&format!("# {title}\r\n"));
         let fields = match section {
-            "replication" => g.topology.info_replication(),
-            "cluster" => g.topology.info_cluster(),
+            "replication" => g.topology().info_replication(),
+            "cluster" => g.topology().info_cluster(),
+            "raft" => g
+                .cluster()
+                .map_or_else(Vec::new, |n| cluster::info_raft(&n.status().borrow())),
             "commandstats" | "errorstats" | "latencystats" => {
                 command_fields(&totals.command_stats, section)
             }

@@ -12,7 +12,7 @@ use super::clients::is_local;
 use super::global::Global;
 use super::msg::ThreadMsg;
 use super::topology::{NodeId, Topology};
-use super::{metrics, thread, tls};
+use super::{cluster, metrics, thread, tls};
 use crate::config::Config;
 
 /// Runs the server until SIGTERM, SIGINT or SHUTDOWN. A shard thread trims (see
@@ -100,15 +100,33 @@ pub fn run(config: Config) -> std::io::Result<()> {
         )?;
         threads.push(thread::spawn(id, global.clone(), rx, state, store)?);
     }
+    let node = match cluster::settings(&global.config, n).map_err(std::io::Error::other)? {
+        Some(cfg) => {
+            let node = crate::cluster::node::Node::start(cfg).map_err(std::io::Error::other)?;
+            tracing::info!(addr = %node.raft_addr(), "cluster port ready");
+            Some(node)
+        }
+        None => None,
+    };
     tracing::info!(addr = %local, shards = n, "Ready to accept connections");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if let Some(node) = &node {
+        global.set_cluster(node.handle().clone());
+        let (g, handle) = (global.clone(), node.handle().clone());
+        let port = local.port();
+        rt.spawn(async move { cluster::follow_topology(&g, handle, port, tls_port).await });
+    }
     // Scrapes are served beside the accept loop, on its thread, which mostly sleeps.
     if let Some(l) = metrics_listener {
         rt.spawn(metrics::serve(global.clone(), l));
     }
     rt.block_on(accept_loop(global.clone(), listener, tls_listener))?;
+    if let Some(node) = node {
+        rt.block_on(cluster::hand_over(node.handle()));
+        node.shutdown();
+    }
     global.begin_shutdown();
     for t in threads {
         let _ = t.join();

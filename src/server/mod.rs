@@ -4,7 +4,8 @@
 //! `acl`, `background`, `parking`, `tls`, `topology`, `stats` (per-command figures),
 //! `semstats` (per-semaphore figures) (leaves); `clients` (the client registry);
 //! `session` (who a connection is logged in as); `msg` (what the threads send each other);
-//! `global` (state every thread shares); `gate` (a connection's replies held until their
+//! `global` (state every thread shares); `cluster` (cluster mode's options, topology,
+//! refusals and hand-over); `gate` (a connection's replies held until their
 //! changes are durable); `info`
 //! (INFO and CONFIG GET text); `worker` (an engine shard's runtime); `metrics` (the `/metrics`
 //! exposition and the HTTP listener of `--metrics-port`); `surface` (the Redis
@@ -17,6 +18,7 @@ pub mod acl;
 pub mod background;
 pub mod clients;
 mod clock;
+mod cluster;
 pub mod conn;
 mod dispatch;
 mod gate;

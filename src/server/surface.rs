@@ -115,12 +115,12 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         Request::LatencyLatest => g.latency.latest(),
         Request::LatencyHistory(event) => g.latency.history(&event),
         Request::LatencyReset(events) => Reply::Int(g.latency.reset(&events) as i64),
-        Request::Role => g.topology.role(),
-        Request::ClusterSlots => g.topology.cluster_slots(viewer(s, g)),
-        Request::ClusterShards => g.topology.cluster_shards(viewer(s, g)),
-        Request::ClusterNodes => Reply::Verbatim(g.topology.cluster_nodes(viewer(s, g)).into()),
-        Request::ClusterInfo => Reply::Verbatim(g.topology.cluster_info().into()),
-        Request::ClusterMyId => Reply::bulk(g.topology.my_id().as_str().to_owned()),
+        Request::Role => g.topology().role(),
+        Request::ClusterSlots => g.topology().cluster_slots(viewer(s, g)),
+        Request::ClusterShards => g.topology().cluster_shards(viewer(s, g)),
+        Request::ClusterNodes => Reply::Verbatim(g.topology().cluster_nodes(viewer(s, g)).into()),
+        Request::ClusterInfo => Reply::Verbatim(g.topology().cluster_info().into()),
+        Request::ClusterMyId => Reply::bulk(g.topology().my_id().as_str().to_owned()),
         Request::ClusterKeySlot(slot) => Reply::Int(i64::from(slot)),
         Request::Shutdown => {
             tracing::info!(client = s.client().id(), "User requested shutdown...");
@@ -190,7 +190,7 @@ fn hello(
         s.client().set_name(n);
     }
     s.set_proto(p);
-    info::hello(s.client().id(), p, &g.topology)
+    info::hello(s.client().id(), p, &g.topology())
 }
 
 /// Whether a client of this server is of type `kind` (any type when `None`). Every client is a
@@ -290,7 +290,7 @@ fn time() -> Reply {
 
 /// The asking client, for the topology replies that name this node's address.
 fn viewer(s: &Session, g: &Global) -> Viewer {
-    g.topology.viewer(s.client().laddr())
+    g.topology().viewer(s.client().laddr())
 }
 
 /// An array of bulk strings.

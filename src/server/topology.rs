@@ -20,12 +20,13 @@
 //! listener it came in on, so that a TLS client is sent to the TLS port and a plain one to the
 //! plain port (Redis with `tls-cluster yes` does the same).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
 use crate::command::slot::SLOTS;
+use crate::error::Error;
 use crate::protocol::Reply;
 
 /// A node's id in Redis Cluster's form: 40 lowercase hex characters.
@@ -47,6 +48,17 @@ impl NodeId {
         h.update(canonical.as_os_str().as_encoded_bytes());
         h.update([0]);
         h.update(port.to_be_bytes());
+        let digest = h.finalize();
+        NodeId(digest[..20].iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// The id of node `n` of a cluster (`--cluster-node-id`): the first 20 bytes of the SHA-256
+    /// of its number, in hex. Every node derives the same id for it, so that all of them name
+    /// the same nodes in CLUSTER NODES and SLOTS, and it stays across restarts.
+    pub fn of_member(n: u64) -> NodeId {
+        let mut h = Sha256::new();
+        h.update(b"permitd cluster node ");
+        h.update(n.to_be_bytes());
         let digest = h.finalize();
         NodeId(digest[..20].iter().map(|b| format!("{b:02x}")).collect())
     }
@@ -112,6 +124,65 @@ impl Topology {
             me: 0,
             leader: Some(0),
             epoch: 0,
+        }
+    }
+
+    /// Node `me` of a cluster whose voters are `members` (node number and client address,
+    /// this node among them), led by `leader` (`None` while none is known) in `term`. This
+    /// node is shown at the address each client reached, on `port` and `tls_port`, as a single
+    /// node is; a peer at its announced address (a peer whose address does not resolve is left
+    /// out).
+    pub fn clustered(
+        me: u64,
+        port: u16,
+        tls_port: Option<u16>,
+        members: &[(u64, String)],
+        leader: Option<u64>,
+        term: u64,
+    ) -> Topology {
+        let mut nodes = vec![Node {
+            id: NodeId::of_member(me),
+            ip: None,
+            port,
+            tls_port,
+        }];
+        let mut ids = vec![me];
+        for (id, addr) in members.iter().filter(|(id, _)| *id != me) {
+            let Some(at) = addr.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+                tracing::warn!(node = id, addr = %addr, "a peer's client address does not resolve");
+                continue;
+            };
+            nodes.push(Node {
+                id: NodeId::of_member(*id),
+                ip: Some(at.ip().to_canonical()),
+                port: at.port(),
+                tls_port: None,
+            });
+            ids.push(*id);
+        }
+        Topology {
+            nodes,
+            me: 0,
+            leader: leader.and_then(|l| ids.iter().position(|&id| id == l)),
+            epoch: term,
+        }
+    }
+
+    /// What a node that does not lead answers a namespace command of hash slot `slot` (SPEC
+    /// §10): `MOVED` to the leader's client address, `CLUSTERDOWN` while no leader is known;
+    /// `None` on the leader.
+    pub fn refusal(&self, slot: u16) -> Option<Error> {
+        match self.leader {
+            Some(l) if l == self.me => None,
+            Some(l) => {
+                let n = &self.nodes[l];
+                Some(Error::Moved(format!(
+                    "{slot} {}:{}",
+                    Self::peer_ip(n),
+                    n.port
+                )))
+            }
+            None => Some(Error::ClusterDown("no leader".into())),
         }
     }
 
@@ -553,6 +624,19 @@ mod tests {
         assert!(l
             .cluster_nodes(at("10.0.0.1"))
             .contains(&format!("{c} 10.0.0.3:7003@0 slave {a}")));
+    }
+
+    #[test]
+    fn a_follower_sends_namespace_commands_to_the_leader_and_none_is_refused_on_it() {
+        assert_eq!(three(0, Some(0)).refusal(42), None);
+        assert_eq!(
+            three(1, Some(2)).refusal(42),
+            Some(Error::Moved("42 10.0.0.3:7003".into()))
+        );
+        assert_eq!(
+            three(1, None).refusal(0),
+            Some(Error::ClusterDown("no leader".into()))
+        );
     }
 
     #[test]

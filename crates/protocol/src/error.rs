@@ -38,6 +38,13 @@ pub enum Error {
     /// `MISCONF`: a change cannot be made durable now (the data directory is full); nothing
     /// changed.
     Misconf(String),
+    /// `MOVED`: cluster mode, this node does not lead; `<slot> <leader host:port>` (Redis
+    /// Cluster's form, which cluster clients follow). Nothing ran.
+    Moved(String),
+    /// `CLUSTERDOWN`: cluster mode, no leader is known. Nothing ran.
+    ClusterDown(String),
+    /// `TRYAGAIN`: cluster mode, the leader cannot run it yet. Nothing ran.
+    TryAgain(String),
 }
 
 impl Error {
@@ -58,6 +65,9 @@ impl Error {
             Error::NoPerm(_) => "NOPERM",
             Error::Oom(_) => "OOM",
             Error::Misconf(_) => "MISCONF",
+            Error::Moved(_) => "MOVED",
+            Error::ClusterDown(_) => "CLUSTERDOWN",
+            Error::TryAgain(_) => "TRYAGAIN",
         }
     }
 
@@ -76,8 +86,11 @@ impl Error {
             | Error::ExecAbort(m)
             | Error::Unblocked(m)
             | Error::NoPerm(m)
-            | Error::Oom(m) => m,
-            Error::Misconf(m) => m,
+            | Error::Oom(m)
+            | Error::Misconf(m)
+            | Error::Moved(m)
+            | Error::ClusterDown(m)
+            | Error::TryAgain(m) => m,
         }
     }
 

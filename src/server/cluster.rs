@@ -1,0 +1,334 @@
+//! The server's side of cluster mode (SPEC §10): the `--cluster-*` options turned into the
+//! node runtime's settings, the topology kept in step with the node's view of its cluster, and
+//! leadership handed over when the leader stops. With no `--cluster-node-id` the server is the
+//! single node and none of this runs.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::global::Global;
+use super::topology::Topology;
+use crate::cluster::auth::Secret;
+use crate::cluster::config::{parse_init, ClusterConfig, Timing};
+use crate::cluster::node::{Handle, Role, Status};
+use crate::command::slot::key_slot;
+use crate::command::table::{AclCat, CommandSpec};
+use crate::config::Config;
+use crate::error::Error;
+
+/// How long a stopping leader waits for a follower to take over before it stops anyway.
+const HAND_OVER_WAIT: Duration = Duration::from_secs(3);
+
+/// The folder under `--dir` that holds a node's Raft log and state machine (`log/`, `sm/`,
+/// `incoming/`). In cluster mode the Raft log is the durable log: the shards write none.
+pub const NODE_DIR: &str = "raft";
+
+/// The node settings of `config`'s `--cluster-*` options: `None` without
+/// `--cluster-node-id`, an error naming the option when they do not fit together.
+pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>, String> {
+    let Some(id) = config.cluster_node_id else {
+        return match any_cluster_option(config) {
+            Some(name) => Err(format!("{name} needs --cluster-node-id")),
+            None => Ok(None),
+        };
+    };
+    let port = match config.cluster_port {
+        Some(p) => p,
+        None => config
+            .port
+            .checked_add(10000)
+            .ok_or("--port + 10000 is past 65535: give --cluster-port".to_string())?,
+    };
+    let ip: IpAddr = config
+        .bind
+        .parse()
+        .map_err(|_| format!("--bind {}: cluster mode needs an IP address", config.bind))?;
+    let secret = match (&config.cluster_secret, &config.cluster_secret_file) {
+        (Some(s), _) => Secret::new(s.as_bytes()),
+        (None, Some(path)) => Secret::new(read_secret(path)?),
+        (None, None) => Secret::new(Vec::new()),
+    };
+    let init = config.cluster_init.as_deref().map(parse_init).transpose()?;
+    let cfg = ClusterConfig {
+        id,
+        dir: config.dir.join(NODE_DIR),
+        shards,
+        listen: SocketAddr::new(ip, port),
+        secret,
+        init,
+        timing: Timing::default(),
+    };
+    cfg.check()?;
+    Ok(Some(cfg))
+}
+
+/// The first cluster option given besides `--cluster-node-id`, by its name.
+fn any_cluster_option(config: &Config) -> Option<&'static str> {
+    [
+        ("--cluster-port", config.cluster_port.is_some()),
+        ("--cluster-secret", config.cluster_secret.is_some()),
+        (
+            "--cluster-secret-file",
+            config.cluster_secret_file.is_some(),
+        ),
+        ("--cluster-init", config.cluster_init.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(name, given)| given.then_some(name))
+}
+
+/// The secret in `path`: its first line, without the line end (as `--requirepass` would be
+/// written by hand or by a secrets manager).
+fn read_secret(path: &Path) -> Result<Vec<u8>, String> {
+    let text = std::fs::read(path)
+        .map_err(|e| format!("--cluster-secret-file {}: {e}", path.display()))?;
+    let line = text.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.is_empty() {
+        return Err(format!(
+            "--cluster-secret-file {}: the first line is empty",
+            path.display()
+        ));
+    }
+    Ok(line.to_vec())
+}
+
+/// What cluster mode answers the namespace command `spec` (`argv` its words) instead of
+/// running it, if anything: on a follower `MOVED` to the leader, `CLUSTERDOWN` while no
+/// leader is known (SPEC §10), and for now also on the leader, `TRYAGAIN`: the shards do not
+/// yet replicate their changes through the cluster, and a change kept on one node only would
+/// be lost by a failover. The Redis surface commands are served by every node.
+pub fn refusal(g: &Global, spec: &CommandSpec, argv: &[Bytes]) -> Option<Error> {
+    if g.config.cluster_node_id.is_none() || !spec.acl.has(AclCat::Semaphore) {
+        return None;
+    }
+    // Redis Cluster's slot of the key (the namespace); 0 for keyless commands (NS.LIST).
+    let slot = usize::try_from(spec.first_key)
+        .ok()
+        .filter(|&i| i > 0)
+        .and_then(|i| argv.get(i))
+        .map_or(0, |key| key_slot(key));
+    Some(g.topology().refusal(slot).unwrap_or_else(|| {
+        Error::TryAgain("cluster mode does not serve namespace commands yet".into())
+    }))
+}
+
+/// INFO's `# Raft` fields (SPEC §10): this node, its term and role, the leader, the commit
+/// and applied index, and per peer its cluster address, the last index it holds and its lag
+/// behind the leader's log (known on the leader only; empty elsewhere).
+pub fn info_raft(s: &Status) -> Vec<(String, String)> {
+    let index = |i: Option<u64>| i.map_or_else(|| "-".to_string(), |i| i.to_string());
+    let role = match s.role {
+        Role::Leader => "leader",
+        Role::Follower => "follower",
+        Role::Candidate => "candidate",
+        Role::Learner => "learner",
+        Role::Shutdown => "shutdown",
+    };
+    let mut fields = vec![
+        ("raft_node_id".to_string(), s.id.to_string()),
+        ("raft_role".into(), role.into()),
+        ("raft_term".into(), s.term.to_string()),
+        (
+            "raft_leader_id".into(),
+            s.leader
+                .as_ref()
+                .map_or_else(|| "-".to_string(), |l| l.id.to_string()),
+        ),
+        ("raft_commit_index".into(), index(s.committed)),
+        ("raft_applied_index".into(), index(s.applied)),
+        ("raft_last_log_index".into(), index(s.last_index)),
+        ("raft_snapshot_index".into(), index(s.snapshot)),
+        ("raft_purged_index".into(), index(s.purged)),
+        ("raft_peers".into(), s.peers.len().to_string()),
+    ];
+    for p in &s.peers {
+        let known = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
+        fields.push((
+            format!("raft_peer{}", p.id),
+            format!(
+                "addr={},client_addr={},match={},lag={}",
+                p.raft_addr,
+                p.client_addr,
+                known(p.matched),
+                known(p.lag)
+            ),
+        ));
+    }
+    fields
+}
+
+/// What the topology is made of: it is rebuilt only when this changes, not on every commit.
+#[derive(PartialEq)]
+struct Shape {
+    members: Vec<(u64, String)>,
+    leader: Option<u64>,
+    term: u64,
+}
+
+impl Shape {
+    fn of(s: &Status) -> Shape {
+        let mut members: Vec<(u64, String)> = s
+            .peers
+            .iter()
+            .map(|p| (p.id, p.client_addr.clone()))
+            .collect();
+        members.extend(s.client_addr.clone().map(|a| (s.id, a)));
+        members.sort();
+        Shape {
+            members,
+            leader: s.leader.as_ref().map(|l| l.id),
+            term: s.term,
+        }
+    }
+}
+
+/// Keeps `global`'s topology the cluster as `node` sees it (leader, term, members), until the
+/// node stops. `port` and `tls_port` are this node's client ports.
+pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port: Option<u16>) {
+    let mut status = node.status();
+    let mut shown: Option<Shape> = None;
+    loop {
+        let shape = Shape::of(&status.borrow_and_update());
+        if shown.as_ref() != Some(&shape) {
+            let me = status.borrow().id;
+            global.set_topology(Topology::clustered(
+                me,
+                port,
+                tls_port,
+                &shape.members,
+                shape.leader,
+                shape.term,
+            ));
+            shown = Some(shape);
+        }
+        if status.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// On the leader, hands leadership to an up-to-date follower and waits (at most
+/// [`HAND_OVER_WAIT`]) until another node leads, so that a planned stop costs the cluster no
+/// election timeout (SPEC §10: SHUTDOWN on the leader).
+pub async fn hand_over(node: &Handle) {
+    let mut status = node.status();
+    let to = {
+        let s = status.borrow();
+        if s.role != Role::Leader {
+            return;
+        }
+        let mut up_to_date: Vec<_> = s.peers.iter().filter(|p| p.lag == Some(0)).collect();
+        up_to_date.sort_by_key(|p| p.id);
+        match up_to_date.first() {
+            Some(p) => p.id,
+            None => return,
+        }
+    };
+    tracing::info!(to, "handing leadership over before stopping");
+    if node.transfer_leader(to).await.is_err() {
+        return;
+    }
+    let handed = status.wait_for(|s| s.leader.as_ref().is_some_and(|l| l.id != s.id));
+    if tokio::time::timeout(HAND_OVER_WAIT, handed).await.is_err() {
+        tracing::warn!(to, "no other node took over in time; stopping anyway");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn config(args: &[&str]) -> Config {
+        Config::try_parse_from(std::iter::once("permitd").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn without_a_node_id_the_server_is_the_single_node() {
+        assert!(settings(&config(&[]), 2).unwrap().is_none());
+        let err = settings(&config(&["--cluster-init", "1=127.0.0.1:7001"]), 2).unwrap_err();
+        assert_eq!(err, "--cluster-init needs --cluster-node-id");
+    }
+
+    #[test]
+    fn the_cluster_port_defaults_to_the_port_plus_10000_on_the_bind_address() {
+        let c = settings(&config(&["--port", "7001", "--cluster-node-id", "3"]), 2)
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.id, 3);
+        assert_eq!(c.listen, "127.0.0.1:17001".parse().unwrap());
+        assert_eq!(c.dir, Path::new("./data").join(NODE_DIR));
+        assert_eq!(c.shards, 2);
+        let c = settings(
+            &config(&["--cluster-node-id", "3", "--cluster-port", "9000"]),
+            1,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        let err = settings(&config(&["--port", "60000", "--cluster-node-id", "1"]), 1);
+        assert!(err.unwrap_err().contains("give --cluster-port"));
+    }
+
+    #[test]
+    fn the_secret_comes_from_the_option_or_the_first_line_of_its_file() {
+        let dir = std::env::temp_dir().join(format!("permitd-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "s3cret\r\nignored\n").unwrap();
+        let far = "1=10.0.0.1:7001,2=10.0.0.2:7001";
+        let base = [
+            "--bind",
+            "0.0.0.0",
+            "--cluster-node-id",
+            "1",
+            "--cluster-init",
+            far,
+        ];
+        let with_file: Vec<&str> = base
+            .iter()
+            .copied()
+            .chain(["--cluster-secret-file", file.to_str().unwrap()])
+            .collect();
+        assert!(settings(&config(&with_file), 1).unwrap().is_some());
+        // Peers off loopback need a secret.
+        let err = settings(&config(&base), 1).unwrap_err();
+        assert!(err.contains("--cluster-secret"), "{err}");
+        std::fs::write(&file, "\nsecret on line two\n").unwrap();
+        let err = settings(&config(&with_file), 1).unwrap_err();
+        assert!(err.contains("the first line is empty"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_bad_cluster_init_or_bind_is_refused_naming_the_option() {
+        let err = settings(
+            &config(&["--cluster-node-id", "1", "--cluster-init", "1=127.0.0.1"]),
+            1,
+        )
+        .unwrap_err();
+        assert!(err.starts_with("--cluster-init"), "{err}");
+        let err = settings(
+            &config(&[
+                "--cluster-node-id",
+                "2",
+                "--cluster-init",
+                "1=127.0.0.1:7001",
+            ]),
+            1,
+        )
+        .unwrap_err();
+        assert!(err.contains("this node (2)"), "{err}");
+        let err = settings(
+            &config(&["--bind", "localhost", "--cluster-node-id", "1"]),
+            1,
+        )
+        .unwrap_err();
+        assert!(err.contains("IP address"), "{err}");
+    }
+}
