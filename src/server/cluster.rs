@@ -23,7 +23,8 @@ use crate::error::Error;
 const HAND_OVER_WAIT: Duration = Duration::from_secs(3);
 
 /// The folder under `--dir` that holds a node's Raft log and state machine (`log/`, `sm/`,
-/// `incoming/`). In cluster mode the Raft log is the durable log: the shards write none.
+/// `incoming/`). Once the shards replicate their changes, the Raft log is their durable log;
+/// until then they keep writing their own beside it, and serve nothing in cluster mode.
 pub const NODE_DIR: &str = "raft";
 
 /// The node settings of `config`'s `--cluster-*` options: `None` without
