@@ -124,7 +124,8 @@ pub struct Global {
 }
 
 impl Global {
-    /// The cluster as this node knows it now.
+    /// The cluster as this node knows it now. Drop the guard before asking again: a second
+    /// read on a thread that holds one may wait forever behind a writer (std's `RwLock`).
     pub fn topology(&self) -> RwLockReadGuard<'_, Topology> {
         self.topology.read().unwrap_or_else(PoisonError::into_inner)
     }

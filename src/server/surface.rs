@@ -116,9 +116,20 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         Request::LatencyHistory(event) => g.latency.history(&event),
         Request::LatencyReset(events) => Reply::Int(g.latency.reset(&events) as i64),
         Request::Role => g.topology().role(),
-        Request::ClusterSlots => g.topology().cluster_slots(viewer(s, g)),
-        Request::ClusterShards => g.topology().cluster_shards(viewer(s, g)),
-        Request::ClusterNodes => Reply::Verbatim(g.topology().cluster_nodes(viewer(s, g)).into()),
+        // The viewer first: it reads the topology too, and a second read of a lock this thread
+        // holds may wait behind a writer forever (std's RwLock).
+        Request::ClusterSlots => {
+            let v = viewer(s, g);
+            g.topology().cluster_slots(v)
+        }
+        Request::ClusterShards => {
+            let v = viewer(s, g);
+            g.topology().cluster_shards(v)
+        }
+        Request::ClusterNodes => {
+            let v = viewer(s, g);
+            Reply::Verbatim(g.topology().cluster_nodes(v).into())
+        }
         Request::ClusterInfo => Reply::Verbatim(g.topology().cluster_info().into()),
         Request::ClusterMyId => Reply::bulk(g.topology().my_id().as_str().to_owned()),
         Request::ClusterKeySlot(slot) => Reply::Int(i64::from(slot)),
