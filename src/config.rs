@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+use crate::cluster::config::default_cluster_port;
 use crate::engine::types::Limits;
 use crate::persist::Fsync;
 use crate::protocol::RequestLimits;
@@ -372,6 +373,13 @@ impl Config {
         }
     }
 
+    /// The cluster port to listen on: `--cluster-port`, or `--port` + 10000 (`None` past
+    /// 65535).
+    pub fn cluster_listen_port(&self) -> Option<u16> {
+        self.cluster_port
+            .or_else(|| default_cluster_port(self.port))
+    }
+
     /// The shard count to run: `--shards`, or one per core.
     pub fn shard_count(&self) -> usize {
         if self.shards > 0 {
@@ -417,7 +425,7 @@ impl Config {
             (
                 "cluster-port",
                 self.cluster_node_id
-                    .and(self.cluster_port.or(self.port.checked_add(10000)))
+                    .and(self.cluster_listen_port())
                     .unwrap_or(0)
                     .to_string(),
             ),

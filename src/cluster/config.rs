@@ -100,6 +100,12 @@ impl ClusterConfig {
     }
 }
 
+/// A node's cluster port when none is given: its client port + 10000 (SPEC §10), `None` past
+/// 65535.
+pub fn default_cluster_port(client_port: u16) -> Option<u16> {
+    client_port.checked_add(10000)
+}
+
 /// Parses `--cluster-init ID=host:port[@cport],...`: each voter's client address, and its
 /// cluster port (`cport`, by default `port` + 10000) on the same host.
 pub fn parse_init(s: &str) -> Result<Members, String> {
@@ -133,8 +139,7 @@ pub fn parse_init(s: &str) -> Result<Members, String> {
                 .ok()
                 .filter(|&p| p != 0)
                 .ok_or_else(|| bad("bad cluster port"))?,
-            None => port
-                .checked_add(10000)
+            None => default_cluster_port(port)
                 .ok_or_else(|| bad("port + 10000 is past 65535: give @cport"))?,
         };
         let peer = Peer {

@@ -36,13 +36,9 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
             None => Ok(None),
         };
     };
-    let port = match config.cluster_port {
-        Some(p) => p,
-        None => config
-            .port
-            .checked_add(10000)
-            .ok_or("--port + 10000 is past 65535: give --cluster-port".to_string())?,
-    };
+    let port = config
+        .cluster_listen_port()
+        .ok_or("--port + 10000 is past 65535: give --cluster-port")?;
     let ip: IpAddr = config
         .bind
         .parse()
@@ -191,11 +187,11 @@ impl Shape {
 /// node stops. `port` and `tls_port` are this node's client ports.
 pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port: Option<u16>) {
     let mut status = node.status();
+    let me = status.borrow().id;
     let mut shown: Option<Shape> = None;
     loop {
         let shape = Shape::of(&status.borrow_and_update());
         if shown.as_ref() != Some(&shape) {
-            let me = status.borrow().id;
             global.set_topology(Topology::clustered(
                 me,
                 port,

@@ -140,19 +140,14 @@ impl Topology {
         leader: Option<u64>,
         term: u64,
     ) -> Topology {
-        let mut nodes = vec![Node {
-            id: NodeId::of_member(me),
-            ip: None,
-            port,
-            tls_port,
-        }];
+        let mut t = Topology::single(NodeId::of_member(me), port, tls_port);
         let mut ids = vec![me];
         for (id, addr) in members.iter().filter(|(id, _)| *id != me) {
             let Some(at) = addr.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
                 tracing::warn!(node = id, addr = %addr, "a peer's client address does not resolve");
                 continue;
             };
-            nodes.push(Node {
+            t.nodes.push(Node {
                 id: NodeId::of_member(*id),
                 ip: Some(at.ip().to_canonical()),
                 port: at.port(),
@@ -160,12 +155,9 @@ impl Topology {
             });
             ids.push(*id);
         }
-        Topology {
-            nodes,
-            me: 0,
-            leader: leader.and_then(|l| ids.iter().position(|&id| id == l)),
-            epoch: term,
-        }
+        t.leader = leader.and_then(|l| ids.iter().position(|&id| id == l));
+        t.epoch = term;
+        t
     }
 
     /// What a node that does not lead answers a namespace command of hash slot `slot` (SPEC
