@@ -262,6 +262,13 @@ pub struct Config {
     /// an empty `--dir`.
     #[arg(long, env = "PERMITD_CLUSTER_INIT")]
     pub cluster_init: Option<String>,
+
+    /// Cluster mode: how long past its promotion a new leader keeps every lease that was
+    /// alive at the cluster's last committed instant, seconds (0: strict, no grace). A holder
+    /// whose heartbeats went unanswered during the failover keeps its permits meanwhile.
+    #[arg(long, env = "PERMITD_FAILOVER_LEASE_GRACE", default_value_t = 2.0,
+          value_parser = seconds)]
+    pub failover_lease_grace: f64,
 }
 
 /// Who may run a protected command (Redis's `enable-debug-command` values).
@@ -428,6 +435,10 @@ impl Config {
                     .and(self.cluster_listen_port())
                     .unwrap_or(0)
                     .to_string(),
+            ),
+            (
+                "failover-lease-grace",
+                self.failover_lease_grace.to_string(),
             ),
             ("metrics-port", self.metrics_port.unwrap_or(0).to_string()),
             (

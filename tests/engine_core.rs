@@ -1038,6 +1038,44 @@ fn a_forward_clock_step_shifts_every_death_and_deadline_and_expires_nothing() {
 }
 
 #[test]
+fn a_new_leaders_grace_extends_the_leases_alive_at_the_floor_and_revives_none() {
+    let mut e = Eng::new();
+    e.setup("ns", "s", 1);
+    let dead = e.lease("ns", "dead", 5);
+    let short = e.lease("ns", "short", 10);
+    let long = e.lease("ns", "long", 60);
+    e.got("s", &short, 1);
+    e.shard.take_journal();
+    // The log's last instant is T0 + 5 s (`dead` died then, unseen); a leader takes over at
+    // T0 + 8 s with a grace of 4 s.
+    e.shard.extend_leases(T0 + 5 * S, T0 + 12 * S);
+    let journal = e.shard.take_journal();
+    let extended: Vec<(String, i64)> = journal
+        .iter()
+        .map(|r| match r {
+            Record::LeasePut { id, expires_at, .. } => (
+                String::from_utf8(id.to_bytes().to_vec()).unwrap(),
+                *expires_at,
+            ),
+            other => panic!("only LeasePut records: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        extended,
+        vec![(short.clone(), T0 + 12 * S)],
+        "one record per extended lease"
+    );
+    let expires = |e: &mut Eng, l: &str| int(&e.ok(&["LEASE.GET", "ns", l]), "expires_at");
+    assert_eq!(expires(&mut e, &long), T0 + 60 * S, "a later death is kept");
+    // The holder outlives its own TTL by the grace, then dies; the dead lease stays dead.
+    e.at(T0 + 11 * S);
+    assert_eq!(e.hold_list("ns", "s"), vec![(short.clone(), 1)]);
+    assert_eq!(e.err(&["LEASE.GET", "ns", &dead]).code(), "NOTFOUND");
+    e.at(T0 + 12 * S);
+    assert!(e.hold_list("ns", "s").is_empty());
+}
+
+#[test]
 fn a_shifted_waiter_times_out_at_its_shifted_deadline() {
     let mut e = Eng::new();
     e.setup("ns", "s", 1);

@@ -26,7 +26,7 @@ use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
 use super::log::{LogStore, SEGMENT_BYTES};
 use super::network::{serve, Network, Served};
-use super::state::{Raft, StateMachine};
+use super::state::{Committed, Raft, StateMachine};
 use super::{LeaderId, LogId, TypeConfig};
 
 /// How long `--cluster-init` waits for every listed peer to answer (they may start after it).
@@ -185,6 +185,7 @@ pub struct Stopped;
 #[derive(Clone)]
 pub struct Handle {
     pub(super) raft: Raft,
+    sm: StateMachine,
     rt: tokio::runtime::Handle,
     status: watch::Receiver<Status>,
 }
@@ -243,6 +244,13 @@ impl Handle {
         });
         read.await
             .unwrap_or_else(|_| Err(ReadError::Unavailable("the node stopped".into())))
+    }
+
+    /// Shard `shard`'s state as the applied entries left it. After
+    /// [`ensure_linearizable`](Self::ensure_linearizable) on a new leader, that is every
+    /// change committed before its term.
+    pub fn committed(&self, shard: usize) -> Committed {
+        self.sm.committed(shard)
     }
 
     /// Asks the leader (this node) to hand leadership to node `to`.
@@ -393,7 +401,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
         .map_err(|e| format!("the cluster port {}: {e}", cfg.listen))?;
     let raft_addr = listener.local_addr().map_err(|e| e.to_string())?;
     let network = Network::new(cfg.id, cfg.secret.clone());
-    let raft = Raft::new(cfg.id, config, network, log, sm)
+    let raft = Raft::new(cfg.id, config, network, log, sm.clone())
         .await
         .map_err(|e| format!("Raft: {e}"))?;
     tokio::spawn(serve(
@@ -413,6 +421,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
     }
     let handle = Handle {
         raft: raft.clone(),
+        sm,
         rt: tokio::runtime::Handle::current(),
         status: publish_status(&raft),
     };

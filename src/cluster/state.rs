@@ -36,6 +36,16 @@ struct Replica {
     hwm: FencingToken,
 }
 
+/// One shard's committed state, copied out of the state machine.
+pub struct Committed {
+    /// Its namespaces.
+    pub namespaces: BTreeMap<Name, Namespace>,
+    /// Its fencing-token high-water mark.
+    pub hwm: FencingToken,
+    /// The highest `now` of every shard's applied entries: the cluster's last instant.
+    pub floor: Nanos,
+}
+
 /// A snapshot's files, as openraft hands them from the node that built it to the one that
 /// installs it.
 #[derive(Debug, Clone)]
@@ -186,6 +196,23 @@ impl StateMachine {
         Ok(StateMachine {
             machine: Arc::new(Mutex::new(m)),
         })
+    }
+
+    /// A copy of shard `shard`'s committed state (through the snapshot encoding, the one
+    /// serialization the state has), and the highest `now` any applied entry carried: what a
+    /// new leader's shard starts from.
+    pub fn committed(&self, shard: usize) -> Committed {
+        let bytes = {
+            let m = self.machine();
+            let r = &m.shards[shard];
+            (snapshot::to_bytes(&r.namespaces, r.hwm, 0), m.floor)
+        };
+        let snap = snapshot::decode(bytes.0).expect("a state reads back as encoded");
+        Committed {
+            namespaces: snap.namespaces,
+            hwm: snap.hwm,
+            floor: bytes.1,
+        }
     }
 
     /// Each shard's state in the snapshot encoding: equal bytes, equal states.

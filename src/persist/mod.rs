@@ -486,6 +486,9 @@ pub struct Store {
     shard: usize,
     file: Arc<File>,
     pending: BytesMut,
+    /// Cluster mode: what the shard proposes next as one Raft entry instead of framing it for
+    /// its own log, which it then never writes.
+    unproposed: Option<Unproposed>,
     last_lsn: u64,
     /// The LSN up to which the log (or the snapshot) holds every record.
     saved_lsn: u64,
@@ -493,6 +496,14 @@ pub struct Store {
     pub snapshot_threshold: u64,
     /// INFO counters. `log_bytes` is also where the log's saved records end.
     pub stats: PersistStats,
+}
+
+/// Cluster mode: the records of the next proposal, and whether replies that changed nothing
+/// wait for it (a read is linearizable once a proposal made after it commits: SPEC §10).
+#[derive(Default)]
+struct Unproposed {
+    records: Vec<Record>,
+    read: bool,
 }
 
 /// A batch taken for writing.
@@ -521,6 +532,7 @@ impl Store {
             shard,
             file: Arc::new(file),
             pending: BytesMut::new(),
+            unproposed: None,
             last_lsn: lsn,
             saved_lsn: lsn,
             snapshot_threshold,
@@ -536,9 +548,45 @@ impl Store {
     pub fn append(&mut self, records: Vec<Record>) -> u64 {
         if !records.is_empty() {
             self.last_lsn += 1;
-            log::frame(self.last_lsn, &records, &mut self.pending);
+            match &mut self.unproposed {
+                Some(u) => u.records.extend(records),
+                None => log::frame(self.last_lsn, &records, &mut self.pending),
+            }
         }
         self.last_lsn
+    }
+
+    /// Cluster mode from now on: records are kept for [`Store::take_proposal`], and the log
+    /// file is never written.
+    pub fn propose_instead(&mut self) {
+        self.unproposed = Some(Unproposed::default());
+    }
+
+    /// Cluster mode: a reply that changed nothing is about to be made; it is to wait for the
+    /// next proposal (given an LSN of its own when none is pending).
+    pub fn note_read(&mut self) {
+        if let Some(u) = &mut self.unproposed {
+            if u.records.is_empty() && !u.read {
+                self.last_lsn += 1;
+                u.read = true;
+            }
+        }
+    }
+
+    /// Cluster mode: the records to propose (maybe none, for reads alone) and the LSN the
+    /// proposal covers; `None` when nothing waits.
+    pub fn take_proposal(&mut self) -> Option<(Vec<Record>, u64)> {
+        let u = self.unproposed.as_mut()?;
+        if u.records.is_empty() && !u.read {
+            return None;
+        }
+        let records = std::mem::take(u);
+        Some((records.records, self.last_lsn))
+    }
+
+    /// Cluster mode: a proposal up to `lsn` committed.
+    pub fn committed(&mut self, lsn: u64) {
+        self.saved_lsn = self.saved_lsn.max(lsn);
     }
 
     /// LSN of the last record appended.
@@ -554,6 +602,10 @@ impl Store {
     /// Whether records wait to be written.
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
+            || self
+                .unproposed
+                .as_ref()
+                .is_some_and(|u| u.read || !u.records.is_empty())
     }
 
     /// Takes the pending batch. The buffer's room is reused for the next batch, unless a burst
@@ -583,6 +635,9 @@ impl Store {
     /// are not handed out again.
     pub fn drop_pending(&mut self) {
         self.pending = BytesMut::new();
+        if let Some(u) = &mut self.unproposed {
+            *u = Unproposed::default();
+        }
     }
 
     /// A batch of `len` bytes up to `lsn` is in the log now.

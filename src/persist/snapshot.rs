@@ -95,8 +95,8 @@ pub fn encode(
     ok && sink(Piece::Header(header))
 }
 
-/// The whole snapshot file's bytes in one buffer (tests compare states through it).
-#[cfg(test)]
+/// The whole snapshot file's bytes in one buffer: tests compare states through it, and a new
+/// cluster leader copies a shard's state out of the state machine with it.
 pub fn to_bytes(namespaces: &BTreeMap<Name, Namespace>, hwm: FencingToken, lsn: u64) -> Bytes {
     use bytes::BufMut;
     let mut body = BytesMut::new();

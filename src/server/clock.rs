@@ -58,6 +58,18 @@ impl Clock {
         self.expected(self.mono()).map_or(wall, |e| wall.max(e))
     }
 
+    /// Cluster mode, on promotion: `now` reads `floor` at least from here on (the last instant
+    /// of the cluster's log, which another node's clock may have set ahead of this one), and
+    /// runs on from there at the monotonic rate while the wall clock is behind. Not a step.
+    pub fn raise_to(&self, floor: Nanos, wall: Nanos) {
+        self.raise_at(floor, wall, self.mono());
+    }
+
+    fn raise_at(&self, floor: Nanos, wall: Nanos, mono: Nanos) {
+        let now = self.expected(mono).map_or(wall, |e| wall.max(e)).max(floor);
+        self.last.set(Some((now, mono)));
+    }
+
     fn mono(&self) -> Nanos {
         self.started.elapsed().as_nanos() as Nanos
     }
@@ -136,6 +148,24 @@ mod tests {
                 step: None
             }
         );
+    }
+
+    #[test]
+    fn a_floor_ahead_of_the_wall_clock_holds_now_up_without_a_step() {
+        let c = Clock::default();
+        c.read_at(T0, 0);
+        // The cluster's log last showed T0 + 5 s, on a faster clock than this node's.
+        c.raise_at(T0 + 5 * S, T0 + S, S);
+        assert_eq!(
+            c.read_at(T0 + 2 * S, 2 * S),
+            Reading {
+                now: T0 + 6 * S,
+                step: None
+            }
+        );
+        // A floor behind the clock changes nothing.
+        c.raise_at(T0, T0 + 3 * S, 3 * S);
+        assert_eq!(c.read_at(T0 + 4 * S, 4 * S).now, T0 + 8 * S);
     }
 
     #[test]

@@ -18,14 +18,28 @@ use crate::command::slot::key_slot;
 use crate::command::table::{AclCat, CommandSpec};
 use crate::config::Config;
 use crate::error::Error;
+use crate::persist::ShardState;
 
 /// How long a stopping leader waits for a follower to take over before it stops anyway.
 const HAND_OVER_WAIT: Duration = Duration::from_secs(3);
 
 /// The folder under `--dir` that holds a node's Raft log and state machine (`log/`, `sm/`,
-/// `incoming/`). Once the shards replicate their changes, the Raft log is their durable log;
-/// until then they keep writing their own beside it, and serve nothing in cluster mode.
+/// `incoming/`): in cluster mode the Raft log is the shards' durable log (their own log files
+/// stay empty).
 pub const NODE_DIR: &str = "raft";
+
+/// Cluster mode starts on a `--dir` without a single node's data: the shards' state comes from
+/// the cluster, and data found beside it would be silently set aside.
+pub fn check_no_single_node_data(shards: &[ShardState], dir: &Path) -> Result<(), String> {
+    if shards.iter().all(|s| s.namespaces.is_empty()) {
+        return Ok(());
+    }
+    Err(format!(
+        "{} holds a single node's data: cluster mode starts on an empty --dir (its state \
+         comes from the cluster). Move the data aside, or run without --cluster-node-id",
+        dir.display()
+    ))
+}
 
 /// The node settings of `config`'s `--cluster-*` options: `None` without
 /// `--cluster-node-id`, an error naming the option when they do not fit together.
@@ -95,9 +109,8 @@ fn read_secret(path: &Path) -> Result<Vec<u8>, String> {
 
 /// What cluster mode answers the namespace command `spec` (`argv` its words) instead of
 /// running it, if anything: on a follower `MOVED` to the leader, `CLUSTERDOWN` while no
-/// leader is known (SPEC §10), and for now also on the leader, `TRYAGAIN`: the shards do not
-/// yet replicate their changes through the cluster, and a change kept on one node only would
-/// be lost by a failover. The Redis surface commands are served by every node.
+/// leader is known (SPEC §10). The leader runs it (its shard answers `TRYAGAIN` while it is
+/// not ready yet: worker/replica.rs). The Redis surface commands are served by every node.
 pub fn refusal(g: &Global, spec: &CommandSpec, argv: &[Bytes]) -> Option<Error> {
     if g.config.cluster_node_id.is_none() || !spec.acl.has(AclCat::Semaphore) {
         return None;
@@ -108,9 +121,7 @@ pub fn refusal(g: &Global, spec: &CommandSpec, argv: &[Bytes]) -> Option<Error> 
         .filter(|&i| i > 0)
         .and_then(|i| argv.get(i))
         .map_or(0, |key| key_slot(key));
-    Some(g.topology().refusal(slot).unwrap_or_else(|| {
-        Error::TryAgain("cluster mode does not serve namespace commands yet".into())
-    }))
+    g.topology().refusal(slot)
 }
 
 /// INFO's `# Raft` fields (SPEC §10): this node, its term and role, the leader, the commit

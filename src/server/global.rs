@@ -106,6 +106,9 @@ pub struct Global {
     pub latency: LatencyMonitor,
     inboxes: Vec<mpsc::UnboundedSender<ThreadMsg>>,
     shutdown: watch::Sender<bool>,
+    /// SHUTDOWN was asked: the accepting thread stops taking connections, hands leadership
+    /// over in cluster mode (connections are still served meanwhile), then shuts down.
+    stop_asked: watch::Sender<bool>,
     /// Per shard: the LSN up to which its log is durable (written, and under `--fsync always`
     /// also synced), and the LSNs rolled back.
     durable: Vec<watch::Sender<Saved>>,
@@ -179,6 +182,7 @@ impl Global {
             failed: AtomicBool::new(false),
             inboxes,
             shutdown: watch::channel(false).0,
+            stop_asked: watch::channel(false).0,
             namespace_count: Arc::new(AtomicUsize::new(0)),
             waiter_count: Arc::new(AtomicUsize::new(0)),
             trim_acceptor: Notify::new(),
@@ -253,6 +257,16 @@ impl Global {
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
         self.clients.stop_reading_all();
+    }
+
+    /// SHUTDOWN: the server stops as SIGTERM stops it (listener.rs).
+    pub fn ask_stop(&self) {
+        self.stop_asked.send_replace(true);
+    }
+
+    /// A watch of [`Global::ask_stop`], to wait for it.
+    pub fn watch_stop_asked(&self) -> watch::Receiver<bool> {
+        self.stop_asked.subscribe()
     }
 
     /// Whether the server is shutting down.

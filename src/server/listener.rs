@@ -89,6 +89,18 @@ pub fn run(config: Config) -> std::io::Result<()> {
         topology,
         senders,
     ));
+    let node = match cluster::settings(&global.config, n).map_err(std::io::Error::other)? {
+        Some(cfg) => {
+            cluster::check_no_single_node_data(&loaded.shards, &global.config.dir)
+                .map_err(std::io::Error::other)?;
+            let node = crate::cluster::node::Node::start(cfg).map_err(std::io::Error::other)?;
+            tracing::info!(addr = %node.raft_addr(), "cluster port ready");
+            // Before the shards start: in cluster mode they replicate through it.
+            global.set_cluster(node.handle().clone());
+            Some(node)
+        }
+        None => None,
+    };
     let mut threads = Vec::with_capacity(n);
     for ((id, rx), state) in inboxes.into_iter().enumerate().zip(loaded.shards) {
         let store = crate::persist::Store::open(
@@ -100,20 +112,11 @@ pub fn run(config: Config) -> std::io::Result<()> {
         )?;
         threads.push(thread::spawn(id, global.clone(), rx, state, store)?);
     }
-    let node = match cluster::settings(&global.config, n).map_err(std::io::Error::other)? {
-        Some(cfg) => {
-            let node = crate::cluster::node::Node::start(cfg).map_err(std::io::Error::other)?;
-            tracing::info!(addr = %node.raft_addr(), "cluster port ready");
-            Some(node)
-        }
-        None => None,
-    };
     tracing::info!(addr = %local, shards = n, "Ready to accept connections");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     if let Some(node) = &node {
-        global.set_cluster(node.handle().clone());
         let (g, handle) = (global.clone(), node.handle().clone());
         let port = local.port();
         rt.spawn(async move { cluster::follow_topology(&g, handle, port, tls_port).await });
@@ -158,12 +161,14 @@ async fn accept_loop(
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut shutdown = global.watch_shutdown();
+    let mut stop_asked = global.watch_stop_asked();
     let mut next = 0usize;
     loop {
         tokio::select! {
             _ = term.recv() => { tracing::info!("Received SIGTERM scheduling shutdown..."); break; }
             _ = int.recv() => { tracing::info!("Received SIGINT scheduling shutdown..."); break; }
             _ = shutdown.wait_for(|s| *s) => break,
+            _ = stop_asked.wait_for(|s| *s) => break,
             _ = global.acceptor_trim_asked() => {
                 crate::alloc::trim();
             }

@@ -135,7 +135,7 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         Request::ClusterKeySlot(slot) => Reply::Int(i64::from(slot)),
         Request::Shutdown => {
             tracing::info!(client = s.client().id(), "User requested shutdown...");
-            g.begin_shutdown();
+            g.ask_stop();
             s.close = true;
             return None;
         }

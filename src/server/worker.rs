@@ -35,6 +35,9 @@ use crate::persist::{Fsync, ShardState, Store};
 use crate::protocol::{Proto, Reply};
 
 mod disk;
+mod replica;
+
+use replica::Leading;
 
 /// Whether the shard's changes can be written.
 enum Disk {
@@ -96,6 +99,14 @@ pub struct ShardCtx {
     scheduled: Cell<Option<Nanos>>,
     /// The engine's `now`, and the wall clock's forward steps.
     clock: Clock,
+    /// The last `now` read: what a cluster proposal is stamped with.
+    last_now: Cell<Nanos>,
+    /// Whether the shard serves (replica.rs: cluster mode serves on the leader only).
+    leading: RefCell<Leading>,
+    /// Cluster mode: the LSN the proposal in flight covers.
+    in_flight: Cell<Option<u64>>,
+    /// Cluster mode: the shard stood by; whether to take over again is to be decided.
+    leadership_wake: Notify,
     /// Commands run by this thread's connections (per thread: no shared counter to contend on).
     commands: Cell<u64>,
     /// Per-command figures of the commands run on this thread (stats.rs).
@@ -106,14 +117,20 @@ pub struct ShardCtx {
 
 impl ShardCtx {
     /// Builds shard `id`'s runtime over its loaded state and starts its tasks (the timer, the
-    /// log's flushing and, under `everysec`, its syncs) on the current `LocalSet`.
+    /// log's flushing and, under `everysec`, its syncs) on the current `LocalSet`. In cluster
+    /// mode the state is empty and the shard stands by until its node leads; its changes are
+    /// proposed to the cluster instead of written (replica.rs).
     pub fn start(
         id: usize,
         global: Arc<Global>,
         state: ShardState,
-        store: Store,
+        mut store: Store,
         background: Background,
     ) -> Rc<ShardCtx> {
+        let node = global.cluster().cloned();
+        if node.is_some() {
+            store.propose_instead();
+        }
         let mut engine = Shard::restore(
             global.limits.clone(),
             global.namespace_count(),
@@ -137,6 +154,13 @@ impl ShardCtx {
             flush_wake: Notify::new(),
             scheduled: Cell::new(None),
             clock: Clock::default(),
+            last_now: Cell::new(0),
+            leading: RefCell::new(match node {
+                Some(_) => Leading::Standby,
+                None => Leading::Alone,
+            }),
+            in_flight: Cell::new(None),
+            leadership_wake: Notify::new(),
             commands: Cell::new(0),
             stats: RefCell::new(CommandStats::default()),
             waits: RefCell::new(Waits::default()),
@@ -145,9 +169,17 @@ impl ShardCtx {
             ctx.start_full(&e);
         }
         tokio::task::spawn_local(ctx.clone().timer_loop());
-        tokio::task::spawn_local(ctx.clone().flush_loop());
-        if policy == Fsync::Everysec {
-            tokio::task::spawn_local(ctx.clone().everysec_loop());
+        match node {
+            Some(node) => {
+                tokio::task::spawn_local(ctx.clone().replicate_loop(node.clone()));
+                tokio::task::spawn_local(ctx.clone().follow_leadership(node));
+            }
+            None => {
+                tokio::task::spawn_local(ctx.clone().flush_loop());
+                if policy == Fsync::Everysec {
+                    tokio::task::spawn_local(ctx.clone().everysec_loop());
+                }
+            }
         }
         ctx
     }
@@ -196,6 +228,7 @@ impl ShardCtx {
             );
             self.engine.borrow_mut().shift_time(now, by);
         }
+        self.last_now.set(now);
         now
     }
 
@@ -215,12 +248,17 @@ impl ShardCtx {
             return Done::Killed;
         }
         let name = engine_command_name(&req);
+        if let Some(e) = self.standby_refusal() {
+            self.record(name, Duration::ZERO, Outcome::Rejected, Some(&e));
+            return Done::Reply(Reply::Error(e));
+        }
         if req.is_write() {
             if let Some(e) = self.disk.borrow().refusal() {
                 self.record(name, Duration::ZERO, Outcome::Rejected, Some(e));
                 return Done::Reply(Reply::Error(e.clone()));
             }
         }
+        self.store.borrow_mut().note_read();
         let started = Instant::now();
         let exec = self
             .engine
@@ -346,6 +384,7 @@ impl ShardCtx {
     /// This shard's part of an NS.LIST page at `now`, of the namespaces `visible_to` may access
     /// (`None`: all); the caller settles.
     fn ns_list_part(&self, now: Nanos, page: &Page, visible_to: Option<&User>) -> NsPart {
+        self.store.borrow_mut().note_read();
         let mut engine = self.engine.borrow_mut();
         engine.advance(now);
         let visible = |ns: &Name| visible_to.is_none_or(|u| u.can_access(ns.bytes()));
@@ -386,6 +425,8 @@ impl ShardCtx {
         };
         if !journal.is_empty() {
             self.store.borrow_mut().append(journal);
+        }
+        if self.store.borrow().has_pending() {
             self.flush_wake.notify_one();
         }
         let lsn = self.last_lsn();

@@ -45,6 +45,9 @@ pub enum Error {
     ClusterDown(String),
     /// `TRYAGAIN`: cluster mode, the leader cannot run it yet. Nothing ran.
     TryAgain(String),
+    /// `LEADERCHANGED`: cluster mode, leadership moved before the change was known to be
+    /// committed: it may or may not have taken effect.
+    LeaderChanged(String),
 }
 
 impl Error {
@@ -68,6 +71,7 @@ impl Error {
             Error::Moved(_) => "MOVED",
             Error::ClusterDown(_) => "CLUSTERDOWN",
             Error::TryAgain(_) => "TRYAGAIN",
+            Error::LeaderChanged(_) => "LEADERCHANGED",
         }
     }
 
@@ -90,7 +94,8 @@ impl Error {
             | Error::Misconf(m)
             | Error::Moved(m)
             | Error::ClusterDown(m)
-            | Error::TryAgain(m) => m,
+            | Error::TryAgain(m)
+            | Error::LeaderChanged(m) => m,
         }
     }
 

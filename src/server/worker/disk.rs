@@ -336,7 +336,8 @@ impl ShardCtx {
     /// what waits then is rolled back, or failed, or expiries that the next start makes again.
     pub fn final_flush(&self) {
         self.settle();
-        if !self.writing() {
+        // In cluster mode the log is the cluster's: what was not committed is not saved.
+        if !self.writing() || self.global.cluster().is_some() {
             return;
         }
         let mut store = self.store.borrow_mut();

@@ -4,7 +4,7 @@
 use super::base::{Cancel, Shard};
 use super::queue::{drop_lease, serve_many, unpark};
 use crate::error::Error;
-use crate::journal::Record;
+use crate::journal::{lease_put, Record};
 use crate::protocol::Reply;
 use crate::state::WaiterId;
 use crate::types::{Name, Nanos};
@@ -130,5 +130,30 @@ impl Shard {
         }
         self.rebuild_lease_timers();
         self.cx.journal.push(Record::TimeShift { by, at: now });
+    }
+
+    /// A new cluster leader takes over (SPEC §10, failover lease grace): every lease still
+    /// alive at `alive_at`, the last instant the cluster's log shows, that would die before
+    /// `until` lives until `until` instead, each journaled as a `LeasePut` of the one change
+    /// the caller makes of them. The time no leader ran then expires no lease; a lease dead at
+    /// `alive_at` stays dead (the first `advance` ends it).
+    pub fn extend_leases(&mut self, alive_at: Nanos, until: Nanos) {
+        let mut records = Vec::new();
+        for n in self.namespaces.values_mut() {
+            let due: Vec<_> = n
+                .leases
+                .iter()
+                .filter(|(_, l)| l.expires_at > alive_at && l.expires_at < until)
+                .map(|(r, _)| r)
+                .collect();
+            for r in due {
+                n.leases[r].expires_at = until;
+                records.push(lease_put(&n.name, &n.leases[r]));
+            }
+        }
+        if !records.is_empty() {
+            self.rebuild_lease_timers();
+            self.cx.journal.extend(records);
+        }
     }
 }

@@ -1,0 +1,256 @@
+//! Cluster mode (SPEC §10, replication.md §4.1): the shard's changes go to the cluster instead
+//! of its own log, which it never writes.
+//!
+//! On the leader the shard evaluates: its engine runs ahead of the committed log, as a single
+//! node's runs ahead of its disk, and each pass of [`ShardCtx::replicate_loop`] proposes the
+//! records made since the last one as one Raft entry stamped with the shard's `now` (group
+//! commit: one proposal in flight per shard). The replies wait behind the gate until their
+//! entry committed; replies that changed nothing wait for the next entry too, which proves the
+//! leadership after they were made (linearizable reads at the cost of a write, shared by every
+//! reply of the pass).
+//!
+//! A follower's shard holds no state and serves nothing: the state machine holds every shard's
+//! committed state. When its node becomes leader, the shard waits until the term's first entry
+//! applied (then the state machine holds every change committed before the term), copies its
+//! state out of it, holds its clock at least at the log's last instant, extends every lease
+//! alive then to the promotion time plus `--failover-lease-grace` (journaled, so the term's
+//! first proposal carries it), and only then serves. When leadership moves, the shard drops its
+//! state (changes not known to be committed are not trusted), answers its parked acquires
+//! `MOVED` to the new leader (`CLUSTERDOWN` while none is known: they were never granted), and
+//! the replies waiting for its proposals `LEADERCHANGED` (proposed: they may have committed) or
+//! `TRYAGAIN` (never proposed: nothing happened).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::{Parked, ShardCtx};
+use crate::cluster::entry::ShardEntry;
+use crate::cluster::node::{Handle, Role, WriteError};
+use crate::cluster::LeaderId;
+use crate::command::slot::key_slot;
+use crate::engine::types::{Nanos, NANOS_PER_SEC};
+use crate::error::Error;
+use crate::protocol::Reply;
+use crate::server::msg::Durable;
+
+/// How soon a node that leads tries again to take over when the last try failed (no quorum
+/// confirmed it yet).
+const TAKE_OVER_RETRY: Duration = Duration::from_millis(50);
+
+/// How long acquires parked on a leader that stood by wait to be sent to the next one: the
+/// longest election timeout, twice.
+const NEXT_LEADER_WAIT: Duration = Duration::from_secs(2);
+
+/// Whether the shard serves.
+pub(super) enum Leading {
+    /// A single node: it always does.
+    Alone,
+    /// Cluster mode, this node does not lead (or is taking over): nothing is served.
+    Standby,
+    /// Cluster mode, this node leads in this leadership, and the shard's state is the
+    /// committed state of the cluster plus its own proposals.
+    Serving(LeaderId),
+}
+
+impl ShardCtx {
+    /// The error every request gets while the shard does not serve (cluster mode, between two
+    /// leaderships of this node; dispatch answers `MOVED` once the topology names another).
+    pub(super) fn standby_refusal(&self) -> Option<Error> {
+        matches!(*self.leading.borrow(), Leading::Standby)
+            .then(|| Error::TryAgain("this node is not serving: leadership is moving".into()))
+    }
+
+    fn serving_as(&self) -> Option<LeaderId> {
+        match &*self.leading.borrow() {
+            Leading::Serving(l) => Some(*l),
+            Leading::Alone | Leading::Standby => None,
+        }
+    }
+
+    /// Proposes what the shard did, one entry at a time, and releases the replies of each
+    /// once it committed; a proposal that fails ends this leadership of the shard.
+    pub(super) async fn replicate_loop(self: Rc<Self>, node: Handle) {
+        loop {
+            let leader = self.serving_as();
+            let proposal = match &leader {
+                Some(_) => self.store.borrow_mut().take_proposal(),
+                None => None,
+            };
+            let (Some(leader), Some((records, lsn))) = (leader, proposal) else {
+                self.flush_wake.notified().await;
+                continue;
+            };
+            let entry = ShardEntry {
+                shard: self.id as u16,
+                now: self.last_now.get(),
+                records,
+            };
+            self.in_flight.set(Some(lsn));
+            let written = node.write(entry, leader).await;
+            self.in_flight.set(None);
+            match written {
+                Ok(_) => {
+                    self.store.borrow_mut().committed(lsn);
+                    self.global.mark_durable(self.id, lsn);
+                }
+                // Stood by meanwhile (the status said so first): already answered.
+                Err(_) if self.serving_as().as_ref() != Some(&leader) => {}
+                Err(WriteError::Unknown) => self.stand_by(&node, lsn),
+                Err(WriteError::NotLeader(_) | WriteError::NoQuorum) => {
+                    let saved = self.store.borrow().saved_lsn();
+                    self.stand_by(&node, saved);
+                }
+            }
+        }
+    }
+
+    /// Serves while this node leads: takes over when it becomes leader, stands by when it no
+    /// longer is (or leads in another term), until the node stops.
+    pub(super) async fn follow_leadership(self: Rc<Self>, node: Handle) {
+        let mut status = node.status();
+        loop {
+            let (leads, leader) = {
+                let s = status.borrow_and_update();
+                (s.role == Role::Leader, s.leader_id)
+            };
+            match self.serving_as() {
+                Some(l) if leads && leader.as_ref() == Some(&l) => {}
+                Some(_) => {
+                    let unknown = self
+                        .in_flight
+                        .get()
+                        .unwrap_or(self.store.borrow().saved_lsn());
+                    self.stand_by(&node, unknown);
+                }
+                None => {
+                    if let (true, Some(l)) = (leads, leader) {
+                        if !self.take_over(&node, l).await {
+                            tokio::time::sleep(TAKE_OVER_RETRY).await;
+                            continue;
+                        }
+                    }
+                }
+            }
+            tokio::select! {
+                changed = status.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = self.leadership_wake.notified() => {}
+            }
+        }
+    }
+
+    /// Makes the shard serve as leader `leader`: false when that leadership could not be
+    /// confirmed (no quorum yet) or is over already.
+    async fn take_over(&self, node: &Handle, leader: LeaderId) -> bool {
+        if node.ensure_linearizable().await.is_err() {
+            return false;
+        }
+        {
+            let s = node.status();
+            let s = s.borrow();
+            if s.role != Role::Leader || s.leader_id.as_ref() != Some(&leader) {
+                return false;
+            }
+        }
+        let committed = node.committed(self.id);
+        self.clock
+            .raise_to(committed.floor, self.global.wall_nanos());
+        let now = self.now();
+        {
+            let mut engine = self.engine.borrow_mut();
+            engine.roll_back(committed.namespaces, committed.hwm, |_| false);
+            let grace = grace_nanos(self.global.config.failover_lease_grace);
+            if grace > 0 {
+                engine.extend_leases(committed.floor, now.saturating_add(grace));
+            }
+        }
+        tracing::info!(
+            shard = self.id,
+            grace_s = self.global.config.failover_lease_grace,
+            "leading: serving the cluster's committed state"
+        );
+        *self.leading.borrow_mut() = Leading::Serving(leader);
+        self.settle();
+        true
+    }
+
+    /// Stops serving: the state not known to be committed is dropped, parked acquires are
+    /// answered `MOVED` (or `CLUSTERDOWN`), and the replies waiting for proposals up to
+    /// `unknown` get `LEADERCHANGED`, those after it `TRYAGAIN`.
+    fn stand_by(&self, node: &Handle, unknown: u64) {
+        if self.serving_as().is_none() {
+            return;
+        }
+        *self.leading.borrow_mut() = Leading::Standby;
+        let (saved, last) = {
+            let mut store = self.store.borrow_mut();
+            store.drop_pending();
+            (store.saved_lsn(), store.last_lsn())
+        };
+        if unknown > saved {
+            let e = Error::LeaderChanged(
+                "leadership moved before this change was known to be committed: it may or may \
+                 not have taken effect"
+                    .into(),
+            );
+            self.global.roll_back(self.id, saved, unknown, e);
+        }
+        if last > unknown.max(saved) {
+            let e = Error::TryAgain("leadership moved: nothing was changed".into());
+            self.global.roll_back(self.id, unknown.max(saved), last, e);
+        }
+        let slots: Vec<(u16, Parked)> = {
+            let engine = self.engine.borrow();
+            let mut parked = self.parked.borrow_mut();
+            let slot = |id| Some(key_slot(engine.waiter_semaphore(id)?.0.bytes()));
+            parked
+                .drain()
+                .filter_map(|(id, p)| Some((slot(id)?, p)))
+                .collect()
+        };
+        self.engine
+            .borrow_mut()
+            .roll_back(BTreeMap::new(), 0, |_| false);
+        tracing::info!(
+            shard = self.id,
+            parked = slots.len(),
+            "leadership moved: the state not known to be committed is dropped"
+        );
+        if !slots.is_empty() {
+            tokio::task::spawn_local(send_to_leader(node.clone(), slots, saved));
+        }
+        self.leadership_wake.notify_one();
+    }
+}
+
+/// Answers the acquires parked on a leader that stood by `MOVED` to the next leader, once one
+/// is known (an election takes up to the election timeout; they were waiting anyway), or
+/// `CLUSTERDOWN` after [`NEXT_LEADER_WAIT`]. They were never granted: re-sent, they join the
+/// new leader's queue.
+async fn send_to_leader(node: Handle, parked: Vec<(u16, Parked)>, lsn: u64) {
+    let mut status = node.status();
+    let known = status.wait_for(|s| s.leader.is_some());
+    let leader = match tokio::time::timeout(NEXT_LEADER_WAIT, known).await {
+        Ok(Ok(s)) => s.leader.clone(),
+        _ => None,
+    };
+    for (slot, p) in parked {
+        let e = match &leader {
+            Some(l) => Error::Moved(format!("{slot} {}", l.client_addr)),
+            None => Error::ClusterDown("no leader".into()),
+        };
+        let _ = p.tx.send(Durable {
+            value: Reply::Error(e),
+            lsn,
+        });
+    }
+}
+
+/// `--failover-lease-grace` in nanoseconds.
+fn grace_nanos(secs: f64) -> Nanos {
+    (secs * NANOS_PER_SEC as f64) as Nanos
+}

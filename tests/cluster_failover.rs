@@ -1,0 +1,148 @@
+//! Cluster mode's data path over the wire (SPEC §10): three permitd processes on 127.0.0.1. The
+//! leader runs the namespace commands and acknowledges a change once a majority has it; after
+//! `kill -9` of the leader the new one serves every acknowledged change, extends the leases that
+//! were alive by the failover grace, and keeps fencing tokens rising; a leader that hands over
+//! answers its parked acquires `MOVED` to the new leader. Bounds are generous (elections take
+//! 0.5-1 s; a loaded 2-core box is slower).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::cluster::*;
+use common::*;
+use redis::Value;
+
+/// Runs `args` on `server`, retrying while the node answers TRYAGAIN (a new leader not ready
+/// yet: nothing ran), until it answers otherwise.
+fn run(server: &Server, args: &[&str]) -> redis::RedisResult<Value> {
+    let mut con = server.conn();
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        match call(&mut con, args) {
+            Err(e) if e.code() == Some("TRYAGAIN") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn ok(server: &Server, args: &[&str]) -> Value {
+    run(server, args).unwrap_or_else(|e| panic!("{args:?}: {e:?}"))
+}
+
+fn lease(server: &Server, process: &str, ttl: &str) -> String {
+    text(&field(
+        &ok(server, &["LEASE.CREATE", "app", process, ttl]),
+        "lease_id",
+    ))
+}
+
+fn acquire(server: &Server, lease: &str, weight: &str) -> Value {
+    ok(server, &["SEM.ACQUIRE", "app", "s", lease, weight, "0"])
+}
+
+fn others(first: usize) -> Vec<usize> {
+    (0..3).filter(|&i| i != first).collect()
+}
+
+#[test]
+fn a_new_leader_serves_every_acknowledged_change_and_tokens_keep_rising() {
+    let mut members = three_nodes();
+    let first = wait_for_leader(&members, &[0, 1, 2]);
+    let leader = &members[first].server;
+    ok(leader, &["NS.CREATE", "app"]);
+    ok(leader, &["SEM.CREATE", "app", "s", "3"]);
+    let holder = lease(leader, "holder", "60");
+    let short = lease(leader, "short", "2");
+    let first_token = int(&field(&acquire(leader, &holder, "2"), "fencing_token"));
+    let short_token = int(&field(&acquire(leader, &short, "1"), "fencing_token"));
+    assert!(short_token > first_token);
+    let short_expiry = int(&field(
+        &ok(leader, &["LEASE.GET", "app", &short]),
+        "expires_at",
+    ));
+    // Reads are served by the leader only.
+    for i in others(first) {
+        let err = call(&mut members[i].server.conn(), &["SEM.GET", "app", "s"]).unwrap_err();
+        assert_eq!(err.code(), Some("MOVED"), "{err:?}");
+    }
+
+    // The leader dies at once: every change above was acknowledged, so a majority has it.
+    members[first].server.kill9();
+    let live = others(first);
+    let second = wait_for_leader(&members, &live);
+    let leader = &members[second].server;
+    let sem = ok(leader, &["SEM.GET", "app", "s"]);
+    assert_eq!(int(&field(&sem, "active_holds")), 3, "{sem:?}");
+    let holders = ok(leader, &["SEM.HOLDERS", "app", "s"]);
+    let tokens: Vec<i64> = match field(&holders, "holders") {
+        Value::Array(items) => items
+            .iter()
+            .map(|h| int(&field(h, "fencing_token")))
+            .collect(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(tokens, vec![first_token, short_token]);
+    // The short lease was alive when the log last moved: the new leader extended it by the
+    // grace (2 s past its promotion), so the failover itself expired nobody.
+    let extended = int(&field(
+        &ok(leader, &["LEASE.GET", "app", &short]),
+        "expires_at",
+    ));
+    assert!(extended > short_expiry, "{extended} > {short_expiry}");
+
+    // Tokens keep rising across the failover.
+    ok(leader, &["SEM.RELEASE", "app", "s", &holder]);
+    let later = lease(leader, "later", "60");
+    let token = int(&field(&acquire(leader, &later, "1"), "fencing_token"));
+    assert!(token > short_token, "{token} > {short_token}");
+
+    // The old leader comes back, catches up as a follower, and sends clients to the leader.
+    let id = members[first].id;
+    let back = args(id, members[first].cluster_port);
+    let back: Vec<&str> = back.iter().map(String::as_str).collect();
+    members[first].server.restart_with(&back);
+    assert_eq!(wait_for_leader(&members, &[0, 1, 2]), second);
+    let err = call(&mut members[first].server.conn(), &["SEM.GET", "app", "s"]).unwrap_err();
+    assert_eq!(err.code(), Some("MOVED"), "{err:?}");
+}
+
+#[test]
+fn a_leader_handing_over_answers_its_parked_acquires_moved_to_the_new_leader() {
+    let mut members = three_nodes();
+    let first = wait_for_leader(&members, &[0, 1, 2]);
+    let leader = &members[first].server;
+    ok(leader, &["NS.CREATE", "app"]);
+    ok(leader, &["SEM.CREATE", "app", "s", "1"]);
+    let holder = lease(leader, "holder", "60");
+    let waiter = lease(leader, "waiter", "60");
+    acquire(leader, &holder, "1");
+    let mut parked = leader.conn();
+    let port = leader.port();
+    let asked = std::thread::spawn(move || {
+        call(
+            &mut parked,
+            &["SEM.ACQUIRE", "app", "s", &waiter, "1", "30"],
+        )
+    });
+    let mut con = leader.conn();
+    let waiting = wait_until(SETTLE, || {
+        let sem = call(&mut con, &["SEM.GET", "app", "s"]).unwrap();
+        int(&field(&sem, "waiters")) == 1
+    });
+    assert!(waiting);
+    let _ = call(&mut con, &["SHUTDOWN", "NOSAVE"]);
+    let err = asked.join().unwrap().unwrap_err();
+    assert_eq!(err.code(), Some("MOVED"), "{err:?}");
+    let to = err.detail().unwrap().split(' ').nth(1).unwrap().to_string();
+    assert_ne!(to, format!("127.0.0.1:{port}"), "sent to another node");
+    members[first].server.wait_exit(SETTLE);
+    // It was never granted: the new leader holds the first holder only, with nobody queued.
+    let second = wait_for_leader(&members, &others(first));
+    assert_eq!(to, format!("127.0.0.1:{}", members[second].server.port()));
+    let sem = ok(&members[second].server, &["SEM.GET", "app", "s"]);
+    assert_eq!(int(&field(&sem, "active_holds")), 1, "{sem:?}");
+    assert_eq!(int(&field(&sem, "waiters")), 0, "{sem:?}");
+}

@@ -1,0 +1,116 @@
+//! Cluster mode's helpers: three permitd processes on 127.0.0.1 forming a cluster with
+//! `--cluster-init`, and waiting until every live one names the same leader.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::*;
+
+/// Within this an election settles, with room for a loaded machine.
+pub const SETTLE: Duration = Duration::from_secs(30);
+
+pub struct Member {
+    pub id: u64,
+    pub cluster_port: u16,
+    pub server: Server,
+}
+
+pub fn args(id: u64, cluster_port: u16) -> Vec<String> {
+    vec![
+        "--cluster-node-id".into(),
+        id.to_string(),
+        "--cluster-port".into(),
+        cluster_port.to_string(),
+    ]
+}
+
+/// Starts nodes 2 and 3, which wait to be contacted, then node 1 with `--cluster-init`.
+pub fn three_nodes() -> Vec<Member> {
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let init = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (p, c))| format!("{}=127.0.0.1:{p}@{c}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut members = Vec::new();
+    for i in [1, 2, 0] {
+        let id = i as u64 + 1;
+        let (port, cport) = ports[i];
+        let mut a = args(id, cport);
+        if id == 1 {
+            a.extend(["--cluster-init".to_string(), init.clone()]);
+        }
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let server = Server::start_at(port, &a).unwrap_or_else(|e| panic!("node {id}: {e}"));
+        members.push(Member {
+            id,
+            cluster_port: cport,
+            server,
+        });
+    }
+    members.sort_by_key(|m| m.id);
+    members
+}
+
+/// The client port of the master `CLUSTER SLOTS` names on `server`, if it names one.
+pub fn slots_master_port(server: &Server) -> Option<i64> {
+    let mut con = server.client().get_connection().ok()?;
+    let Ok(Value::Array(ranges)) = call(&mut con, &["CLUSTER", "SLOTS"]) else {
+        return None;
+    };
+    let Some(Value::Array(range)) = ranges.first() else {
+        return None;
+    };
+    match range.get(2) {
+        Some(Value::Array(master)) => match master.get(1) {
+            Some(Value::Int(port)) => Some(*port),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+pub fn role(server: &Server) -> String {
+    // A node may refuse connections for a moment (a restart): not a master, then.
+    let Ok(mut con) = server.client().get_connection() else {
+        return "unreachable".into();
+    };
+    match call(&mut con, &["ROLE"]) {
+        Ok(Value::Array(items)) => items.first().map(text).unwrap_or_default(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The leader every live node agrees on, once they do: its index in `members`.
+pub fn agreed_leader(members: &[Member], live: &[usize]) -> Option<usize> {
+    let masters: Vec<usize> = live
+        .iter()
+        .copied()
+        .filter(|&i| role(&members[i].server) == "master")
+        .collect();
+    let [leader] = masters[..] else {
+        return None;
+    };
+    let port = i64::from(members[leader].server.port());
+    live.iter()
+        .all(|&i| slots_master_port(&members[i].server) == Some(port))
+        .then_some(leader)
+}
+
+pub fn wait_for_leader(members: &[Member], live: &[usize]) -> usize {
+    let mut found = None;
+    let agreed = wait_until(SETTLE, || {
+        found = agreed_leader(members, live);
+        found.is_some()
+    });
+    assert!(
+        agreed,
+        "no leader all of {live:?} agree on; roles: {:?}",
+        live.iter()
+            .map(|&i| role(&members[i].server))
+            .collect::<Vec<_>>()
+    );
+    found.expect("found with agreed")
+}
