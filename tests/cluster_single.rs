@@ -1,6 +1,6 @@
-//! The fault harness against ONE permitd (cluster mode is not wired yet): the same workload,
-//! recorder and checker the cluster tests will use, proven here on a single node, so that those
-//! tests only swap the target. Each fault class runs for `PERMITD_CHAOS_SECS` (a few seconds
+//! The fault harness against ONE permitd: the workload, recorder and checker of the cluster
+//! classes (tests/cluster_chaos.rs), proven on a single node, where a node that really loses
+//! acknowledged changes can be made on purpose (the wiped class). Each fault class runs for `PERMITD_CHAOS_SECS` (a few seconds
 //! by default; scripts/cluster-chaos runs them longer) and must show 0 violations, with every
 //! rule shown able to catch a violation planted in the run's own history; and a node that
 //! really loses acknowledged changes must be caught.
@@ -64,11 +64,11 @@ fn the_proxy_partitions_one_way_delays_and_drops() {
 fn clean_run_has_no_violations() {
     let nodes = Nodes::start(1, &[]);
     let seed = chaos_seed();
-    let run = workload::start(chaos_config(seed), nodes.addr(0), &[nodes.addr(0)]);
+    let run = workload::start(chaos_config(seed), &[nodes.addr(0)]);
     while run.running() {
         thread::sleep(Duration::from_millis(50));
     }
-    verdict("clean", 1, 0, seed, &run.finish(nodes.addr(0)));
+    verdict("clean", 1, 0, seed, &run.finish(&[nodes.addr(0)]));
 }
 
 /// (ii) The clients reach the node through the proxy, which drops every connection, delays
@@ -80,7 +80,7 @@ fn proxy_drops_delays_and_one_way_partitions() {
     let proxy = Proxy::start(nodes.addr(0));
     let seed = chaos_seed();
     let mut rng = Rng::new(seed ^ 0xfa17);
-    let run = workload::start(chaos_config(seed), nodes.addr(0), &[proxy.addr()]);
+    let run = workload::start(chaos_config(seed), &[proxy.addr()]);
     let mut faults = 0;
     while run.running() {
         thread::sleep(rng.millis(200, 700));
@@ -103,7 +103,7 @@ fn proxy_drops_delays_and_one_way_partitions() {
         proxy.heal();
         faults += 1;
     }
-    verdict("proxy", 1, faults, seed, &run.finish(nodes.addr(0)));
+    verdict("proxy", 1, faults, seed, &run.finish(&[nodes.addr(0)]));
 }
 
 /// (iii) The node is killed with `kill -9` and restarted on its directory, again and again:
@@ -113,7 +113,7 @@ fn kill9_and_restart_lose_nothing_acknowledged() {
     let mut nodes = Nodes::start(1, &[]);
     let seed = chaos_seed();
     let mut rng = Rng::new(seed ^ 0xdead);
-    let run = workload::start(chaos_config(seed), nodes.addr(0), &[nodes.addr(0)]);
+    let run = workload::start(chaos_config(seed), &[nodes.addr(0)]);
     let mut faults = 0;
     while run.running() {
         thread::sleep(rng.millis(300, 1200));
@@ -122,7 +122,7 @@ fn kill9_and_restart_lose_nothing_acknowledged() {
         nodes.restart(0);
         faults += 1;
     }
-    verdict("kill9", 1, faults, seed, &run.finish(nodes.addr(0)));
+    verdict("kill9", 1, faults, seed, &run.finish(&[nodes.addr(0)]));
 }
 
 /// (iv) The node is frozen with SIGSTOP for up to three seconds (often longer than a reply's
@@ -133,7 +133,7 @@ fn sigstop_pauses_lose_nothing_acknowledged() {
     let nodes = Nodes::start(1, &[]);
     let seed = chaos_seed();
     let mut rng = Rng::new(seed ^ 0x5709);
-    let run = workload::start(chaos_config(seed), nodes.addr(0), &[nodes.addr(0)]);
+    let run = workload::start(chaos_config(seed), &[nodes.addr(0)]);
     let mut faults = 0;
     while run.running() {
         thread::sleep(rng.millis(300, 1200));
@@ -142,7 +142,7 @@ fn sigstop_pauses_lose_nothing_acknowledged() {
         nodes.resume(0);
         faults += 1;
     }
-    verdict("sigstop", 1, faults, seed, &run.finish(nodes.addr(0)));
+    verdict("sigstop", 1, faults, seed, &run.finish(&[nodes.addr(0)]));
 }
 
 /// The checker against a server that really loses acknowledged changes: the node's data
@@ -157,13 +157,13 @@ fn a_node_that_loses_its_data_is_caught() {
         duration: Duration::from_secs(3),
         ..chaos_config(seed)
     };
-    let run = workload::start(config, nodes.addr(0), &[nodes.addr(0)]);
+    let run = workload::start(config, &[nodes.addr(0)]);
     thread::sleep(Duration::from_millis(1500));
     nodes.kill9(0);
     nodes.wipe(0);
     nodes.restart(0);
-    workload::create_schema(nodes.addr(0));
-    let h = run.finish(nodes.addr(0));
+    workload::create_schema(&[nodes.addr(0)]);
+    let h = run.finish(&[nodes.addr(0)]);
     let violations = check(&h);
     let rules: HashSet<Rule> = violations.iter().map(|v| v.rule).collect();
     println!(

@@ -122,6 +122,10 @@ pub struct History {
     pub ns: String,
     pub sems: Vec<(String, u32)>,
     pub calls: Vec<Call>,
+    /// Cluster mode: a new leader extends the leases alive at the log's last instant by the
+    /// failover grace (SPEC §10), and failovers may follow each other, so an expiry never makes
+    /// a lease surely dead; a revoke still does.
+    pub leases_extended: bool,
 }
 
 impl History {
@@ -130,6 +134,7 @@ impl History {
             ns: ns.to_string(),
             sems: sems.iter().map(|&(s, p)| (s.to_string(), p)).collect(),
             calls: Vec::new(),
+            leases_extended: false,
         }
     }
 

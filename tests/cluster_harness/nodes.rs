@@ -3,16 +3,19 @@
 //! directory (or an emptied one), or frozen with SIGSTOP and thawed with SIGCONT.
 //!
 //! The ports are chosen before any node starts, so that a cluster's nodes can be told each
-//! other's addresses: the cluster version adds its options (node id, peers) to `args` from
-//! [`Nodes::start`]'s port list, and nothing else changes.
+//! other's addresses ([`Nodes::cluster`]).
 
 use std::fs;
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
-use crate::common::{free_port, Server};
+use crate::common::{free_port, RawConn, Resp, Server};
 
 pub struct Nodes {
     nodes: Vec<Server>,
+    /// Cluster mode: each node's options without `--cluster-init`, which only the first start
+    /// of the first node takes (membership then lives in the log).
+    cluster_args: Option<Vec<Vec<String>>>,
 }
 
 impl Nodes {
@@ -27,11 +30,100 @@ impl Nodes {
                 .map(|&port| Server::start_at(port, args))
                 .collect();
             match started {
-                Ok(nodes) => return Nodes { nodes },
+                Ok(nodes) => {
+                    return Nodes {
+                        nodes,
+                        cluster_args: None,
+                    }
+                }
                 Err(e) => last_err = e,
             }
         }
         panic!("the nodes did not start: {last_err}");
+    }
+
+    /// Starts a cluster of `count` nodes (ids 1..=count, each with a cluster port of its own;
+    /// the first forms the cluster with `--cluster-init`, after the others started), with
+    /// `args` after the harness's own options, and waits until they agree on a leader.
+    pub fn cluster(count: usize, args: &[&str]) -> Nodes {
+        let mut last_err = String::new();
+        for _ in 0..3 {
+            let ports = free_ports(2 * count);
+            let init: Vec<String> = (0..count)
+                .map(|i| format!("{}=127.0.0.1:{}@{}", i + 1, ports[i], ports[count + i]))
+                .collect();
+            let own: Vec<Vec<String>> = (0..count)
+                .map(|i| {
+                    let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+                    a.extend([
+                        "--cluster-node-id".into(),
+                        (i + 1).to_string(),
+                        "--cluster-port".into(),
+                        ports[count + i].to_string(),
+                    ]);
+                    a
+                })
+                .collect();
+            let start = |i: usize| {
+                let mut a = own[i].clone();
+                if i == 0 {
+                    a.extend(["--cluster-init".into(), init.join(",")]);
+                }
+                let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                Server::start_at(ports[i], &a)
+            };
+            // The first node waits for the others to answer before it forms the cluster.
+            let started: Result<Vec<Server>, String> = (1..count).chain([0]).map(start).collect();
+            match started {
+                Ok(mut nodes) => {
+                    nodes.rotate_right(1);
+                    let nodes = Nodes {
+                        nodes,
+                        cluster_args: Some(own),
+                    };
+                    nodes.wait_for_leader();
+                    return nodes;
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("the cluster did not start: {last_err}");
+    }
+
+    /// Every node's client address.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.nodes.iter().map(Server::addr).collect()
+    }
+
+    /// The node that says it leads (`ROLE` master), if exactly one of those answering does.
+    pub fn leader(&self) -> Option<usize> {
+        let masters: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| {
+                let Ok(mut c) = RawConn::try_connect(self.addr(i)) else {
+                    return false;
+                };
+                let _ = c.stream().set_read_timeout(Some(Duration::from_secs(2)));
+                let role = c.send_cmd(&[b"ROLE"]).and_then(|()| c.read_reply());
+                matches!(role, Ok(Resp::Array(Some(items)))
+                    if items.first() == Some(&Resp::Bulk(Some(b"master".to_vec()))))
+            })
+            .collect();
+        match masters[..] {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    /// Waits (up to 30 s) until one node leads; its index.
+    pub fn wait_for_leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(l) = self.leader() {
+                return l;
+            }
+            assert!(Instant::now() < deadline, "no leader within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Node `i`'s client address.
@@ -46,7 +138,13 @@ impl Nodes {
 
     /// Starts node `i` again on its port and directory, and waits until it answers.
     pub fn restart(&mut self, i: usize) {
-        self.nodes[i].restart();
+        match &self.cluster_args {
+            Some(own) => {
+                let a: Vec<&str> = own[i].iter().map(String::as_str).collect();
+                self.nodes[i].restart_with(&a);
+            }
+            None => self.nodes[i].restart(),
+        }
     }
 
     /// Empties node `i`'s data directory, while it is down: a node that lost its disk.

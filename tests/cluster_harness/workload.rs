@@ -85,25 +85,69 @@ pub struct Running {
     clients: Vec<JoinHandle<(Vec<Call>, Option<String>)>>,
 }
 
-/// Creates the run's namespace and semaphores through `addr`.
-pub fn create_schema(addr: SocketAddr) {
-    let mut admin = RawConn::connect(addr);
-    expect_ok(admin.cmd(&["NS.CREATE", NS]));
-    for (sem, permits) in SEMS {
-        expect_ok(admin.cmd(&["SEM.CREATE", NS, sem, &permits.to_string()]));
+/// How long the schema's creation and the final reads try, following the leader.
+const SETTLED: Duration = Duration::from_secs(30);
+
+/// Creates the run's namespace and semaphores through `nodes` (in cluster mode on whichever
+/// node leads, following [`redirect`]s).
+pub fn create_schema(nodes: &[SocketAddr]) {
+    let mut commands = vec![vec!["NS.CREATE".to_string(), NS.to_string()]];
+    commands.extend(SEMS.iter().map(|(sem, permits)| {
+        vec![
+            "SEM.CREATE".into(),
+            NS.into(),
+            sem.to_string(),
+            permits.to_string(),
+        ]
+    }));
+    let mut at = nodes[0];
+    let deadline = Instant::now() + SETTLED;
+    for words in commands {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        loop {
+            match RawConn::try_connect(at).map(|mut c| c.cmd(&words)) {
+                Ok(Resp::Error(e)) if redirect(&e).is_some() => {
+                    at = redirect(&e).flatten().unwrap_or(at);
+                }
+                Ok(reply) => {
+                    expect_ok(reply);
+                    break;
+                }
+                Err(_) => at = following(nodes, at),
+            }
+            assert!(Instant::now() < deadline, "no node took {words:?}");
+            thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
-/// Creates the schema through `setup`, then starts the clients, client `i` on
-/// `targets[i % targets.len()]`.
-pub fn start(config: Config, setup: SocketAddr, targets: &[SocketAddr]) -> Running {
-    create_schema(setup);
+/// The node after `at` in `nodes` (`at` refuses connections: it may be down).
+fn following(nodes: &[SocketAddr], at: SocketAddr) -> SocketAddr {
+    let i = nodes.iter().position(|&n| n == at).unwrap_or(0);
+    nodes[(i + 1) % nodes.len()]
+}
+
+/// Whether an error reply is cluster mode's "not here, not now" (nothing ran: SPEC §10), and
+/// where to go: `MOVED`'s leader, or (`CLUSTERDOWN`, `TRYAGAIN`) the same node a moment later.
+pub fn redirect(error: &str) -> Option<Option<SocketAddr>> {
+    let (code, rest) = error.split_once(' ').unwrap_or((error, ""));
+    match code {
+        "MOVED" => Some(rest.split(' ').nth(1).and_then(|a| a.parse().ok())),
+        "CLUSTERDOWN" | "TRYAGAIN" => Some(None),
+        _ => None,
+    }
+}
+
+/// Creates the schema, then starts the clients, client `i` on `targets[i % targets.len()]`;
+/// in cluster mode (several targets) each follows the leader among them.
+pub fn start(config: Config, targets: &[SocketAddr]) -> Running {
+    create_schema(targets);
     let clock = Clock::start();
     let deadline = Instant::now() + config.duration;
     let stop = Arc::new(AtomicBool::new(false));
     let clients = (0..config.clients)
         .map(|id| {
-            let client = Client::new(id, targets[id % targets.len()], clock, &config);
+            let client = Client::new(id, targets, id, clock, &config);
             let (stop, max_calls) = (stop.clone(), config.max_calls);
             thread::spawn(move || client.run(&stop, max_calls))
         })
@@ -124,9 +168,9 @@ impl Running {
     }
 
     /// Lets the clients go on for a calm spell (the faults healed), stops them, then makes the
-    /// final reads through `addr` (see [`Client::final_calls`]). All of it goes into the
+    /// final reads through `nodes` (see [`Client::final_calls`]). All of it goes into the
     /// history.
-    pub fn finish(mut self, addr: SocketAddr) -> History {
+    pub fn finish(mut self, nodes: &[SocketAddr]) -> History {
         thread::sleep(CALM);
         self.stop.store(true, Ordering::SeqCst);
         let mut history = History::new(NS, &SEMS);
@@ -144,7 +188,7 @@ impl Running {
                 _ => None,
             })
             .collect();
-        let mut last = Client::new(self.config.clients, addr, self.clock, &self.config);
+        let mut last = Client::new(self.config.clients, nodes, 0, self.clock, &self.config);
         last.final_calls(live, created);
         history.calls.extend(last.calls);
         history
@@ -161,6 +205,8 @@ impl Drop for Running {
 /// One client: its connection, its lease and what it believes it holds.
 struct Client {
     id: usize,
+    /// Every node; `addr` is the one it calls now.
+    nodes: Vec<SocketAddr>,
     addr: SocketAddr,
     clock: Clock,
     ttl: u64,
@@ -175,10 +221,11 @@ struct Client {
 }
 
 impl Client {
-    fn new(id: usize, addr: SocketAddr, clock: Clock, config: &Config) -> Client {
+    fn new(id: usize, nodes: &[SocketAddr], first: usize, clock: Clock, config: &Config) -> Client {
         Client {
             id,
-            addr,
+            nodes: nodes.to_vec(),
+            addr: nodes[first % nodes.len()],
             clock,
             ttl: config.ttl,
             rng: Rng::new(config.seed ^ (id as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407)),
@@ -197,6 +244,7 @@ impl Client {
                 match RawConn::try_connect(self.addr) {
                     Ok(c) => self.conn = Some(c),
                     Err(_) => {
+                        self.next_node();
                         thread::sleep(Duration::from_millis(50));
                         continue;
                     }
@@ -312,25 +360,31 @@ impl Client {
         }
     }
 
+    fn next_node(&mut self) {
+        self.addr = following(&self.nodes, self.addr);
+    }
+
     fn forget_lease(&mut self) {
         self.lease = None;
         self.held.clear();
     }
 
     /// A call that must get an answer: retried (each try recorded) until one comes, for up to
-    /// 20 s. For the final reads, made after the faults heal.
+    /// [`SETTLED`], following the leader. For the final reads, made after the faults heal.
     fn settled(&mut self, op: Op) -> Outcome {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + SETTLED;
         loop {
             while self.conn.is_none() {
                 self.conn = RawConn::try_connect(self.addr).ok();
                 if self.conn.is_none() {
                     assert!(Instant::now() < deadline, "no server at {}", self.addr);
+                    self.next_node();
                     thread::sleep(Duration::from_millis(50));
                 }
             }
             let outcome = self.record(op.clone());
-            if !matches!(outcome, Outcome::Unknown(_)) {
+            let redirected = matches!(&outcome, Outcome::Refused(e) if redirect(e).is_some());
+            if !matches!(outcome, Outcome::Unknown(_)) && !redirected {
                 return outcome;
             }
             assert!(
@@ -363,6 +417,16 @@ impl Client {
         if matches!(outcome, Outcome::Unknown(_)) {
             // A late reply would answer the next call: this connection is done.
             self.conn = None;
+        }
+        if let Outcome::Refused(e) = &outcome {
+            match redirect(e) {
+                Some(Some(leader)) => {
+                    self.addr = leader;
+                    self.conn = None;
+                }
+                Some(None) => thread::sleep(Duration::from_millis(50)),
+                None => {}
+            }
         }
         self.calls.push(Call {
             client: self.id,

@@ -82,6 +82,9 @@ fn life(ix: &Index, lease: &str) -> Option<Life> {
         .map(|c| c.complete)
         .min()
         .unwrap_or(NEVER);
+    if ix.h.leases_extended {
+        dead_after = NEVER;
+    }
     Some(Life {
         created: create.complete,
         alive_until,

@@ -24,7 +24,9 @@
 //! - **Surely dead** after `dead_after`: an acknowledged revoke's completion, or the end of the
 //!   expiry chain: the create's completion plus TTL, pushed further by every create or refresh
 //!   that was invoked before the bound so far ran out (by its completion plus TTL; forever for
-//!   an unknown one), plus the slack.
+//!   an unknown one), plus the slack. In cluster mode only a revoke does: a new leader extends
+//!   every lease alive at the log's last instant by the failover grace, and failovers may
+//!   chain ([`History::leases_extended`]).
 //!
 //! # When a client may rely on a hold ([`holds`])
 //!
