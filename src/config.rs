@@ -243,6 +243,11 @@ pub struct Config {
     #[arg(long, env = "PERMITD_CLUSTER_PORT")]
     pub cluster_port: Option<u16>,
 
+    /// Cluster mode: the IP address the cluster port listens on and peers are dialed from
+    /// (default `--bind`): a separate network for peer traffic.
+    #[arg(long, env = "PERMITD_CLUSTER_BIND")]
+    pub cluster_bind: Option<String>,
+
     /// Cluster mode: the secret every peer must prove it knows; required unless every peer
     /// address is loopback. Prefer `--cluster-secret-file`: a command line is visible to every
     /// user of the machine.
@@ -435,6 +440,16 @@ impl Config {
                     .and(self.cluster_listen_port())
                     .unwrap_or(0)
                     .to_string(),
+            ),
+            (
+                "cluster-bind",
+                self.cluster_node_id
+                    .map(|_| {
+                        self.cluster_bind
+                            .clone()
+                            .unwrap_or_else(|| self.bind.clone())
+                    })
+                    .unwrap_or_default(),
             ),
             (
                 "failover-lease-grace",

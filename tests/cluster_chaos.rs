@@ -1,8 +1,10 @@
 //! The fault harness against a real cluster (SPEC §10, issue 18 deliverable 5): 3 and 5
 //! permitd processes on 127.0.0.1, the workload's clients following the leader (`MOVED`,
 //! `CLUSTERDOWN`, `TRYAGAIN`: nothing ran, they go on elsewhere or a moment later), the leader
-//! killed with `kill -9`, frozen with SIGSTOP for longer than the election timeout, followers
-//! killed, two of five nodes killed at once. Each class runs for `PERMITD_CHAOS_SECS` (a few
+//! killed with `kill -9`, frozen with SIGSTOP for longer than the election timeout, cut off
+//! from its peers while its clients still reach it, peer links partitioned one way or delayed
+//! (through a proxy in front of each node's cluster port), followers killed, two of five nodes
+//! killed at once. Each class runs for `PERMITD_CHAOS_SECS` (a few
 //! seconds by default; scripts/cluster-chaos runs them longer), and the checker must find no
 //! violation in its history, every rule shown able to catch one planted in it.
 
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use cluster_harness::history::History;
 use cluster_harness::nodes::Nodes;
+use cluster_harness::proxy::Dir;
 use cluster_harness::workload::{self, Rng};
 use cluster_harness::{chaos_config, chaos_seed, verdict};
 
@@ -115,4 +118,51 @@ fn cluster_of_five_survives_two_nodes_killed_at_once() {
         1
     });
     verdict("cluster-five", 5, faults, seed, &h);
+}
+
+/// The partition class's main fault does what it says: a leader cut off from its peers is
+/// replaced by another, and once healed it follows that one.
+#[test]
+fn an_isolated_leader_is_replaced_and_follows_after_the_heal() {
+    let nodes = Nodes::cluster_behind_proxies(3, &[]);
+    let first = nodes.wait_for_leader();
+    nodes.isolate(first);
+    let replaced = common::wait_until(Duration::from_secs(30), || {
+        nodes.masters().iter().any(|&m| m != first)
+    });
+    assert!(replaced, "no other node took over from the isolated leader");
+    nodes.heal_peers();
+    let next = nodes.wait_for_leader();
+    assert_ne!(next, first, "the deposed leader follows after the heal");
+}
+
+/// (v) Peer links through a proxy in front of each node's cluster port: the leader is cut off
+/// from its peers (both ways) while its clients still reach it, so it serves nothing it could
+/// not replicate and is deposed; or one node's inbound links are held one way (requests, or
+/// answers: delivered late at heal) or delayed; for up to 3 s each.
+#[test]
+fn cluster_partitions_lose_nothing_acknowledged() {
+    let mut nodes = Nodes::cluster_behind_proxies(3, &[]);
+    let seed = chaos_seed();
+    let mut rng = Rng::new(seed ^ 0xcafe);
+    let (faults, h) = run(&mut nodes, seed, |nodes| {
+        thread::sleep(rng.millis(500, 1500));
+        let i = target(nodes, &mut rng, 3);
+        let any = rng.range(0, 3) as usize;
+        match rng.range(0, 4) {
+            0 | 1 => nodes.isolate(i),
+            2 => {
+                let dir = [Dir::ToTarget, Dir::FromTarget][rng.range(0, 2) as usize];
+                nodes.peer_proxy(any).partition(dir);
+            }
+            _ => {
+                let dir = [Dir::ToTarget, Dir::FromTarget][rng.range(0, 2) as usize];
+                nodes.peer_proxy(any).delay(dir, rng.millis(20, 300));
+            }
+        }
+        thread::sleep(rng.millis(500, 3000));
+        nodes.heal_peers();
+        1
+    });
+    verdict("cluster-partition", 3, faults, seed, &h);
 }

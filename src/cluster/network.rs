@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,7 +29,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::OptionalSend;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use super::auth::{accept, dial, Secret};
 use super::state::{Raft, Snapshot, SnapshotFiles};
@@ -75,6 +76,32 @@ impl Backoff {
 struct Local {
     id: u64,
     secret: Secret,
+    /// The address it dials from: its cluster port's (unless that is the unspecified address),
+    /// so that peers, firewalls and the test harness's proxies can tell the nodes apart.
+    source: IpAddr,
+}
+
+/// Connects to `addr` from `source` (any local address when it is unspecified).
+async fn connect_from(addr: &str, source: IpAddr) -> io::Result<TcpStream> {
+    if source.is_unspecified() {
+        return TcpStream::connect(addr).await;
+    }
+    let to = tokio::net::lookup_host(addr)
+        .await?
+        .find(|a| a.is_ipv4() == source.is_ipv4())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                format!("{addr}: no address to reach from {source}"),
+            )
+        })?;
+    let socket = if source.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.bind(SocketAddr::new(source, 0))?;
+    socket.connect(to).await
 }
 
 /// One peer's connections.
@@ -144,7 +171,7 @@ impl Pool {
     }
 
     async fn dial(&self, local: &Local) -> io::Result<TcpStream> {
-        let mut conn = TcpStream::connect(&self.addr).await?;
+        let mut conn = connect_from(&self.addr, local.source).await?;
         conn.set_nodelay(true)?;
         tokio::time::timeout(HANDSHAKE, dial(&mut conn, &local.secret, self.target))
             .await
@@ -202,9 +229,9 @@ pub struct Network {
 
 impl Network {
     /// The network of node `id`, dialing peers with `secret`.
-    pub fn new(id: u64, secret: Secret) -> Network {
+    pub fn new(id: u64, secret: Secret, source: IpAddr) -> Network {
         Network {
-            local: Arc::new(Local { id, secret }),
+            local: Arc::new(Local { id, secret, source }),
             pools: HashMap::new(),
         }
     }

@@ -400,7 +400,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
         .await
         .map_err(|e| format!("the cluster port {}: {e}", cfg.listen))?;
     let raft_addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let network = Network::new(cfg.id, cfg.secret.clone());
+    let network = Network::new(cfg.id, cfg.secret.clone(), cfg.listen.ip());
     let raft = Raft::new(cfg.id, config, network, log, sm.clone())
         .await
         .map_err(|e| format!("Raft: {e}"))?;
@@ -451,7 +451,7 @@ async fn initialize(raft: &Raft, cfg: &ClusterConfig, members: &Members) -> Resu
                 .into(),
         );
     }
-    let mut network = Network::new(cfg.id, cfg.secret.clone());
+    let mut network = Network::new(cfg.id, cfg.secret.clone(), cfg.listen.ip());
     let deadline = Instant::now() + INIT_WAIT;
     for (&id, peer) in members.iter().filter(|(&id, _)| id != cfg.id) {
         let client = network.client(id, peer);

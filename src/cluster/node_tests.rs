@@ -345,7 +345,11 @@ fn a_node_with_the_wrong_secret_is_refused_and_the_cluster_goes_on() {
         raft_addr: c.node(leader).raft_addr().to_string(),
         client_addr: String::new(),
     };
-    let mut net = Network::new(outsider, Secret::new("not the secret"));
+    let mut net = Network::new(
+        outsider,
+        Secret::new("not the secret"),
+        [127, 0, 0, 1].into(),
+    );
     let client = net.client(leader, &peer);
     let err = block_on(async move { client.initialized(WAIT).await }).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);

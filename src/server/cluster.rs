@@ -53,10 +53,13 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
     let port = config
         .cluster_listen_port()
         .ok_or("--port + 10000 is past 65535: give --cluster-port")?;
-    let ip: IpAddr = config
-        .bind
+    let (option, bind) = match &config.cluster_bind {
+        Some(ip) => ("--cluster-bind", ip),
+        None => ("--bind", &config.bind),
+    };
+    let ip: IpAddr = bind
         .parse()
-        .map_err(|_| format!("--bind {}: cluster mode needs an IP address", config.bind))?;
+        .map_err(|_| format!("{option} {bind}: cluster mode needs an IP address"))?;
     let secret = match (&config.cluster_secret, &config.cluster_secret_file) {
         (Some(s), _) => Secret::new(s.as_bytes()),
         (None, Some(path)) => Secret::new(read_secret(path)?),
@@ -80,6 +83,7 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
 fn any_cluster_option(config: &Config) -> Option<&'static str> {
     [
         ("--cluster-port", config.cluster_port.is_some()),
+        ("--cluster-bind", config.cluster_bind.is_some()),
         ("--cluster-secret", config.cluster_secret.is_some()),
         (
             "--cluster-secret-file",
@@ -219,22 +223,30 @@ pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port:
     }
 }
 
+/// The follower to hand leadership to, on the leader: the one least behind, at most `max_lag`
+/// entries (the lowest id among equals); `None` when none is known to be that close.
+pub fn successor(s: &Status, max_lag: u64) -> Option<u64> {
+    s.peers
+        .iter()
+        .filter_map(|p| Some((p.lag?, p.id)))
+        .filter(|&(lag, _)| lag <= max_lag)
+        .min()
+        .map(|(_, id)| id)
+}
+
 /// On the leader, hands leadership to an up-to-date follower and waits (at most
 /// [`HAND_OVER_WAIT`]) until another node leads, so that a planned stop costs the cluster no
 /// election timeout (SPEC §10: SHUTDOWN on the leader).
 pub async fn hand_over(node: &Handle) {
     let mut status = node.status();
-    let to = {
-        let s = status.borrow();
-        if s.role != Role::Leader {
-            return;
-        }
-        let mut up_to_date: Vec<_> = s.peers.iter().filter(|p| p.lag == Some(0)).collect();
-        up_to_date.sort_by_key(|p| p.id);
-        match up_to_date.first() {
-            Some(p) => p.id,
-            None => return,
-        }
+    // A follower may lag an entry or two behind for a moment (the latest commit on its way).
+    let ready = status.wait_for(|s| s.role != Role::Leader || successor(s, 0).is_some());
+    let to = match tokio::time::timeout(HAND_OVER_WAIT, ready).await {
+        Ok(Ok(s)) if s.role == Role::Leader => successor(&s, 0),
+        _ => None,
+    };
+    let Some(to) = to else {
+        return;
     };
     tracing::info!(to, "handing leadership over before stopping");
     if node.transfer_leader(to).await.is_err() {
@@ -338,5 +350,26 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("IP address"), "{err}");
+        let err = settings(
+            &config(&["--cluster-node-id", "1", "--cluster-bind", "peers.local"]),
+            1,
+        )
+        .unwrap_err();
+        assert!(err.starts_with("--cluster-bind peers.local"), "{err}");
+        // Peer traffic on an address of its own, the client port on --bind.
+        let c = settings(
+            &config(&[
+                "--port",
+                "7001",
+                "--cluster-node-id",
+                "1",
+                "--cluster-bind",
+                "127.0.0.5",
+            ]),
+            1,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.listen, "127.0.0.5:17001".parse().unwrap());
     }
 }

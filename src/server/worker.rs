@@ -23,6 +23,7 @@ use super::msg::{Done, Durable, NsPart, Ran, ShardInfo, ShardMetrics, ShardMsg, 
 use super::parking::Parking;
 use super::semstats::{self, SemKey, Waits};
 use super::stats::{CommandStats, Outcome};
+use crate::cluster::LeaderId;
 use crate::command::engine_command_name;
 use crate::engine::page::Page;
 use crate::engine::request::EngineRequest;
@@ -105,6 +106,9 @@ pub struct ShardCtx {
     leading: RefCell<Leading>,
     /// Cluster mode: the LSN the proposal in flight covers.
     in_flight: Cell<Option<u64>>,
+    /// Cluster mode: a leadership the shard stood by from with a proposal of unknown fate
+    /// (replica.rs: it does not serve under it again).
+    tainted: Cell<Option<LeaderId>>,
     /// Cluster mode: the shard stood by; whether to take over again is to be decided.
     leadership_wake: Notify,
     /// Commands run by this thread's connections (per thread: no shared counter to contend on).
@@ -160,6 +164,7 @@ impl ShardCtx {
                 None => Leading::Alone,
             }),
             in_flight: Cell::new(None),
+            tainted: Cell::new(None),
             leadership_wake: Notify::new(),
             commands: Cell::new(0),
             stats: RefCell::new(CommandStats::default()),

@@ -6,9 +6,10 @@
 //! other's addresses ([`Nodes::cluster`]).
 
 use std::fs;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use super::proxy::Proxy;
 use crate::common::{free_port, RawConn, Resp, Server};
 
 pub struct Nodes {
@@ -16,6 +17,10 @@ pub struct Nodes {
     /// Cluster mode: each node's options without `--cluster-init`, which only the first start
     /// of the first node takes (membership then lives in the log).
     cluster_args: Option<Vec<Vec<String>>>,
+    /// Cluster mode behind proxies: node `i`'s cluster port is reached through `peers[i]`,
+    /// and it dials its peers from `peer_ips[i]`.
+    peers: Vec<Proxy>,
+    peer_ips: Vec<IpAddr>,
 }
 
 impl Nodes {
@@ -34,6 +39,8 @@ impl Nodes {
                     return Nodes {
                         nodes,
                         cluster_args: None,
+                        peers: Vec::new(),
+                        peer_ips: Vec::new(),
                     }
                 }
                 Err(e) => last_err = e,
@@ -46,9 +53,34 @@ impl Nodes {
     /// the first forms the cluster with `--cluster-init`, after the others started), with
     /// `args` after the harness's own options, and waits until they agree on a leader.
     pub fn cluster(count: usize, args: &[&str]) -> Nodes {
+        Nodes::form(count, args, false)
+    }
+
+    /// [`Nodes::cluster`] with every node's cluster port behind a proxy of its own, each node
+    /// dialing its peers from an address of its own (127.0.0.2, .3, ...: `--cluster-bind`), so
+    /// that a node's links can be delayed, partitioned and cut ([`Nodes::isolate`]).
+    pub fn cluster_behind_proxies(count: usize, args: &[&str]) -> Nodes {
+        Nodes::form(count, args, true)
+    }
+
+    fn form(count: usize, args: &[&str], proxied: bool) -> Nodes {
         let mut last_err = String::new();
         for _ in 0..3 {
             let ports = free_ports(2 * count);
+            let peer_ips: Vec<IpAddr> = match proxied {
+                true => (0..count)
+                    .map(|i| [127, 0, 0, i as u8 + 2].into())
+                    .collect(),
+                false => Vec::new(),
+            };
+            let peers: Vec<Proxy> = peer_ips
+                .iter()
+                .enumerate()
+                .map(|(i, &ip)| {
+                    let port = ports[count + i];
+                    Proxy::start_on(port, SocketAddr::new(ip, port))
+                })
+                .collect();
             let init: Vec<String> = (0..count)
                 .map(|i| format!("{}=127.0.0.1:{}@{}", i + 1, ports[i], ports[count + i]))
                 .collect();
@@ -61,6 +93,9 @@ impl Nodes {
                         "--cluster-port".into(),
                         ports[count + i].to_string(),
                     ]);
+                    if let Some(ip) = peer_ips.get(i) {
+                        a.extend(["--cluster-bind".into(), ip.to_string()]);
+                    }
                     a
                 })
                 .collect();
@@ -80,6 +115,8 @@ impl Nodes {
                     let nodes = Nodes {
                         nodes,
                         cluster_args: Some(own),
+                        peers,
+                        peer_ips,
                     };
                     nodes.wait_for_leader();
                     return nodes;
@@ -90,6 +127,26 @@ impl Nodes {
         panic!("the cluster did not start: {last_err}");
     }
 
+    /// The proxy in front of node `i`'s cluster port (what its peers send it, and its answers).
+    pub fn peer_proxy(&self, i: usize) -> &Proxy {
+        &self.peers[i]
+    }
+
+    /// Cuts node `i` off from every peer, both ways: its cluster port refuses everyone, and the
+    /// others' refuse it. Its clients still reach it.
+    pub fn isolate(&self, i: usize) {
+        for (j, p) in self.peers.iter().enumerate() {
+            p.cut(if j == i { None } else { Some(self.peer_ips[i]) });
+        }
+    }
+
+    /// Ends every fault of the peer links.
+    pub fn heal_peers(&self) {
+        for p in &self.peers {
+            p.heal();
+        }
+    }
+
     /// Every node's client address.
     pub fn addrs(&self) -> Vec<SocketAddr> {
         self.nodes.iter().map(Server::addr).collect()
@@ -97,7 +154,16 @@ impl Nodes {
 
     /// The node that says it leads (`ROLE` master), if exactly one of those answering does.
     pub fn leader(&self) -> Option<usize> {
-        let masters: Vec<usize> = (0..self.nodes.len())
+        match self.masters()[..] {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    /// The nodes that say they lead (`ROLE` master): one, but a deposed leader that has not
+    /// heard of its successor yet says so too.
+    pub fn masters(&self) -> Vec<usize> {
+        (0..self.nodes.len())
             .filter(|&i| {
                 let Ok(mut c) = RawConn::try_connect(self.addr(i)) else {
                     return false;
@@ -107,11 +173,7 @@ impl Nodes {
                 matches!(role, Ok(Resp::Array(Some(items)))
                     if items.first() == Some(&Resp::Bulk(Some(b"master".to_vec()))))
             })
-            .collect();
-        match masters[..] {
-            [one] => Some(one),
-            _ => None,
-        }
+            .collect()
     }
 
     /// Waits (up to 30 s) until one node leads; its index.

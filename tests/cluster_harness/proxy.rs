@@ -8,13 +8,17 @@
 //!   A client's close is held with its bytes.
 //! - **Drop**: [`Proxy::drop_connections`] resets every open connection; whatever was held in
 //!   them is discarded. Partition then drop is a partition that loses the bytes.
+//! - **Cut**: [`Proxy::cut`] resets the connections from one source address (or all) and
+//!   refuses new ones from it until [`Proxy::heal`]: a cluster's nodes dial from addresses of
+//!   their own (`--cluster-bind`), so a proxy in front of each node's cluster port can cut
+//!   exactly the links of one node, both ways.
 //!
 //! Plain threads, two per connection; each polls its socket every few milliseconds, so a
 //! change of faults takes effect within that.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -41,6 +45,8 @@ struct Way {
 
 /// One proxied connection: both sockets, so a drop can reset it.
 struct Link {
+    /// Where the connection came from.
+    from: IpAddr,
     client: TcpStream,
     target: TcpStream,
     /// Set when the link is reset; its pumps stop.
@@ -53,10 +59,16 @@ struct Link {
 struct State {
     to_target: Way,
     from_target: Way,
+    /// Sources refused (`None`: every source).
+    cut: Vec<Option<IpAddr>>,
     links: Vec<Link>,
 }
 
 impl State {
+    fn refuses(&self, from: IpAddr) -> bool {
+        self.cut.iter().any(|c| c.is_none_or(|ip| ip == from))
+    }
+
     fn way(&mut self, dir: Dir) -> &mut Way {
         match dir {
             Dir::ToTarget => &mut self.to_target,
@@ -86,7 +98,12 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(target: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        Proxy::start_on(0, target)
+    }
+
+    /// A proxy on 127.0.0.1:`port` (0: any free port).
+    pub fn start_on(port: u16, target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
         let shared = Arc::new(Shared {
             target,
@@ -117,11 +134,26 @@ impl Proxy {
         self.shared.state.lock().unwrap().way(dir).held = true;
     }
 
-    /// Ends every partition and delay; what was held flows on.
+    /// Resets the connections from `from` (`None`: from anywhere) and refuses new ones from
+    /// there until [`Proxy::heal`].
+    pub fn cut(&self, from: Option<IpAddr>) {
+        let mut st = self.shared.state.lock().unwrap();
+        st.cut.push(from);
+        let (cut, kept): (Vec<Link>, Vec<Link>) = std::mem::take(&mut st.links)
+            .into_iter()
+            .partition(|l| from.is_none_or(|ip| ip == l.from));
+        st.links = kept;
+        for link in cut {
+            link.kill();
+        }
+    }
+
+    /// Ends every partition, cut and delay; what was held flows on.
     pub fn heal(&self) {
         let mut st = self.shared.state.lock().unwrap();
         st.to_target = Way::default();
         st.from_target = Way::default();
+        st.cut.clear();
     }
 
     /// Resets every open connection (new ones are accepted as before).
@@ -159,17 +191,28 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             return;
         }
         let Ok(client) = client else { continue };
+        let Ok(from) = client.peer_addr().map(|a| a.ip()) else {
+            continue;
+        };
+        if shared.state.lock().unwrap().refuses(from) {
+            continue;
+        }
         // A target that is down (killed, restarting) refuses: so does the proxy, by closing.
         let Ok(target) = TcpStream::connect_timeout(&shared.target, Duration::from_secs(1)) else {
             continue;
         };
-        if let Err(e) = open_link(&shared, client, target) {
+        if let Err(e) = open_link(&shared, from, client, target) {
             eprintln!("proxy: could not set up a link: {e}");
         }
     }
 }
 
-fn open_link(shared: &Arc<Shared>, client: TcpStream, target: TcpStream) -> io::Result<()> {
+fn open_link(
+    shared: &Arc<Shared>,
+    from: IpAddr,
+    client: TcpStream,
+    target: TcpStream,
+) -> io::Result<()> {
     for s in [&client, &target] {
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(POLL))?;
@@ -185,6 +228,7 @@ fn open_link(shared: &Arc<Shared>, client: TcpStream, target: TcpStream) -> io::
         let mut st = shared.state.lock().unwrap();
         st.links.retain(|l| l.pumps.load(Ordering::SeqCst) > 0);
         st.links.push(Link {
+            from,
             client,
             target,
             dead: dead.clone(),

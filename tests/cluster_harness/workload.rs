@@ -360,6 +360,35 @@ impl Client {
         }
     }
 
+    /// What each node says of the cluster (`INFO raft` and `ROLE`), for a failure's message.
+    fn diagnose(&self) -> String {
+        let said = |addr: SocketAddr| -> String {
+            let Ok(mut c) = RawConn::try_connect(addr) else {
+                return "unreachable".into();
+            };
+            let info = match c.cmd(&["INFO", "raft"]) {
+                Resp::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+                other => format!("{other:?}"),
+            };
+            let keep = [
+                "raft_node_id",
+                "raft_role",
+                "raft_term",
+                "raft_leader_id",
+                "raft_commit",
+            ];
+            let lines: Vec<&str> = info
+                .lines()
+                .filter(|l| keep.iter().any(|k| l.starts_with(k)))
+                .collect();
+            format!("{} ROLE={:?}", lines.join(" "), c.cmd(&["ROLE"]))
+        };
+        self.nodes
+            .iter()
+            .map(|&a| format!("\n  {a}: {}", said(a)))
+            .collect()
+    }
+
     fn next_node(&mut self) {
         self.addr = following(&self.nodes, self.addr);
     }
@@ -389,7 +418,8 @@ impl Client {
             }
             assert!(
                 Instant::now() < deadline,
-                "{op:?} got no answer after the faults healed: {outcome:?}"
+                "{op:?} got no answer after the faults healed: {outcome:?}; the nodes: {}",
+                self.diagnose()
             );
         }
     }

@@ -19,6 +19,12 @@
 //! `MOVED` to the new leader (`CLUSTERDOWN` while none is known: they were never granted), and
 //! the replies waiting for its proposals `LEADERCHANGED` (proposed: they may have committed) or
 //! `TRYAGAIN` (never proposed: nothing happened).
+//!
+//! A proposal of unknown fate (leadership moved as it was made, or it did not commit within
+//! [`WRITE_WAIT`]: a leader cut off from its quorum) may still commit later in the same
+//! leadership, after a take-over copied the state machine: the shard therefore serves again
+//! only in another leadership, and while its node still leads in this one it asks the follower
+//! least behind to take over.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -32,11 +38,19 @@ use crate::command::slot::key_slot;
 use crate::engine::types::{Nanos, NANOS_PER_SEC};
 use crate::error::Error;
 use crate::protocol::Reply;
+use crate::server::cluster;
 use crate::server::msg::Durable;
 
 /// How soon a node that leads tries again to take over when the last try failed (no quorum
 /// confirmed it yet).
 const TAKE_OVER_RETRY: Duration = Duration::from_millis(50);
+
+/// How long a proposal may wait to commit before its replies get `LEADERCHANGED` and the
+/// shard stands by (a leader cut off from its quorum).
+const WRITE_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a leader with a change of unknown fate asks a follower to take over.
+const HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 
 /// How long acquires parked on a leader that stood by wait to be sent to the next one: the
 /// longest election timeout, twice.
@@ -87,7 +101,11 @@ impl ShardCtx {
                 records,
             };
             self.in_flight.set(Some(lsn));
-            let written = node.write(entry, leader).await;
+            // A leader cut off from its quorum keeps an appended entry pending until leadership
+            // moves (openraft's rule): its replies wait at most this long.
+            let written = tokio::time::timeout(WRITE_WAIT, node.write(entry, leader))
+                .await
+                .unwrap_or(Err(WriteError::Unknown));
             self.in_flight.set(None);
             match written {
                 Ok(_) => {
@@ -124,7 +142,13 @@ impl ShardCtx {
                     self.stand_by(&node, unknown);
                 }
                 None => {
-                    if let (true, Some(l)) = (leads, leader) {
+                    if let Some(l) = leader.filter(|_| leads) {
+                        if self.tainted.get() == Some(l) {
+                            // A proposal of this leadership may still commit behind the copy
+                            // a take-over would make: serve again only in another leadership.
+                            self.hand_over_after_unknown(&node).await;
+                            continue;
+                        }
                         if !self.take_over(&node, l).await {
                             tokio::time::sleep(TAKE_OVER_RETRY).await;
                             continue;
@@ -141,6 +165,21 @@ impl ShardCtx {
                 _ = self.leadership_wake.notified() => {}
             }
         }
+    }
+
+    /// Asks the follower least behind to take over (then waits a moment): this leadership made
+    /// a change of unknown fate, so the shard serves again only in the next one.
+    async fn hand_over_after_unknown(&self, node: &Handle) {
+        let to = cluster::successor(&node.status().borrow(), u64::MAX);
+        if let Some(to) = to {
+            tracing::warn!(
+                shard = self.id,
+                to,
+                "a change of unknown fate: handing leadership over"
+            );
+            let _ = node.transfer_leader(to).await;
+        }
+        tokio::time::sleep(HAND_OVER_RETRY).await;
     }
 
     /// Makes the shard serve as leader `leader`: false when that leadership could not be
@@ -182,9 +221,9 @@ impl ShardCtx {
     /// answered `MOVED` (or `CLUSTERDOWN`), and the replies waiting for proposals up to
     /// `unknown` get `LEADERCHANGED`, those after it `TRYAGAIN`.
     fn stand_by(&self, node: &Handle, unknown: u64) {
-        if self.serving_as().is_none() {
+        let Some(leader) = self.serving_as() else {
             return;
-        }
+        };
         *self.leading.borrow_mut() = Leading::Standby;
         let (saved, last) = {
             let mut store = self.store.borrow_mut();
@@ -192,6 +231,7 @@ impl ShardCtx {
             (store.saved_lsn(), store.last_lsn())
         };
         if unknown > saved {
+            self.tainted.set(Some(leader));
             let e = Error::LeaderChanged(
                 "leadership moved before this change was known to be committed: it may or may \
                  not have taken effect"
