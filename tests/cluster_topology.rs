@@ -2,7 +2,7 @@
 //! a cluster with `--cluster-init`, elect a leader, and every node's `ROLE` and `CLUSTER SLOTS`
 //! name the same leader; after the leader is killed the survivors name a new one, a restarted
 //! node follows it with its usual options only, and `SHUTDOWN` on the leader hands leadership
-//! over. Bounds are generous (elections take 0.5-1 s; a loaded 2-core box is slower).
+//! over. Bounds are generous (elections start 0.9-1.2 s after a leader dies; a loaded 2-core box is slower).
 
 mod common;
 

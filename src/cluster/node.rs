@@ -26,7 +26,7 @@ use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
 use super::log::{LogStore, SEGMENT_BYTES};
 use super::network::{serve, Network, Served};
-use super::state::{Committed, Raft, StateMachine};
+use super::state::{Committed, Raft, Stamp, StateMachine};
 use super::{LeaderId, LogId, TypeConfig};
 
 /// How long `--cluster-init` waits for every listed peer to answer (they may start after it).
@@ -251,6 +251,12 @@ impl Handle {
     /// change committed before its term.
     pub fn committed(&self, shard: usize) -> Committed {
         self.sm.committed(shard)
+    }
+
+    /// The stamps (`now`, leader, when applied) of the last normal entries this node applied
+    /// live: how far its clock runs from the leaders' (the clock guard of a new leader).
+    pub fn recent_stamps(&self) -> Vec<Stamp> {
+        self.sm.recent_stamps()
     }
 
     /// Asks the leader (this node) to hand leadership to node `to`.

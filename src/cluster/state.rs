@@ -10,11 +10,12 @@
 //! restart openraft re-applies the committed entries after it (the log store keeps the
 //! committed id).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, TryStreamExt};
@@ -34,6 +35,23 @@ use crate::persist::{save_snapshot, snapshot, sync_dir, write_file_synced};
 struct Replica {
     namespaces: BTreeMap<Name, Namespace>,
     hwm: FencingToken,
+}
+
+/// How long after the state machine opens applied entries are taken for a restart's replay.
+const REPLAY_SPELL: Duration = Duration::from_secs(2);
+
+/// How many recent stamps the state machine keeps.
+const STAMPS: usize = 16;
+
+/// A normal entry's stamp as this node applied it.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    /// The node that led when the entry was made (whose clock stamped it).
+    pub leader: u64,
+    /// Its `now`.
+    pub now: Nanos,
+    /// When this node applied it.
+    pub applied: Instant,
 }
 
 /// One shard's committed state, copied out of the state machine.
@@ -92,6 +110,12 @@ impl Head {
 }
 
 struct Machine {
+    /// When the state machine opened: what openraft applies just after is the replay of a
+    /// restart, whose stamps say nothing of the clocks now.
+    opened: Instant,
+    /// The stamps of the last entries applied, with their leader and when they were applied:
+    /// how far this node's clock runs from the leaders' ([`StateMachine::recent_stamps`]).
+    stamps: VecDeque<Stamp>,
     dir: PathBuf,
     shards: Vec<Replica>,
     applied: Option<LogId>,
@@ -180,6 +204,8 @@ impl StateMachine {
             }
         }
         let mut m = Machine {
+            opened: Instant::now(),
+            stamps: VecDeque::with_capacity(STAMPS),
             dir: dir.to_path_buf(),
             shards: (0..shards).map(|_| Replica::default()).collect(),
             applied: None,
@@ -213,6 +239,11 @@ impl StateMachine {
             hwm: snap.hwm,
             floor: bytes.1,
         }
+    }
+
+    /// The stamps of the last entries applied live (not a restart's replay).
+    pub fn recent_stamps(&self) -> Vec<Stamp> {
+        self.machine().stamps.iter().copied().collect()
     }
 
     /// Each shard's state in the snapshot encoding: equal bytes, equal states.
@@ -294,6 +325,16 @@ impl Machine {
                         .map_err(|e| invalid(format!("entry {log_id}: {}", e.0)))?;
                 }
                 self.floor = self.floor.max(entry.now);
+                if self.opened.elapsed() > REPLAY_SPELL {
+                    if self.stamps.len() == STAMPS {
+                        self.stamps.pop_front();
+                    }
+                    self.stamps.push_back(Stamp {
+                        leader: log_id.leader_id.node_id,
+                        now: entry.now,
+                        applied: Instant::now(),
+                    });
+                }
             }
             Payload::Membership(m) => {
                 self.membership = StoredMembership::new(Some(log_id), m);

@@ -204,15 +204,17 @@ pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port:
     let mut status = node.status();
     let me = status.borrow().id;
     let mut shown: Option<Shape> = None;
+    let mut last_leader = None;
     loop {
         let shape = Shape::of(&status.borrow_and_update());
         if shown.as_ref() != Some(&shape) {
+            last_leader = shape.leader.or(last_leader);
             global.set_topology(Topology::clustered(
                 me,
                 port,
                 tls_port,
                 &shape.members,
-                shape.leader,
+                (shape.leader, last_leader),
                 shape.term,
             ));
             shown = Some(shape);

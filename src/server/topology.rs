@@ -90,6 +90,11 @@ pub struct Topology {
     me: usize,
     /// The node serving every slot, an index in `nodes`; the others are its replicas.
     leader: Option<usize>,
+    /// The leader last known, while none is (an election): `CLUSTER SLOTS` and `SHARDS` keep
+    /// showing it, as Redis Cluster keeps a failed master's slots until a failover, so that
+    /// cluster clients keep their slot map and get `CLUSTERDOWN` (an empty map makes redis-py
+    /// fail and ioredis drop every connection).
+    last_leader: Option<usize>,
     /// The configuration epoch (Redis's `currentEpoch`/`configEpoch`): 0 until a cluster
     /// elects a leader, its term after that.
     epoch: u64,
@@ -123,12 +128,14 @@ impl Topology {
             nodes: vec![me],
             me: 0,
             leader: Some(0),
+            last_leader: None,
             epoch: 0,
         }
     }
 
     /// Node `me` of a cluster whose voters are `members` (node number and client address,
-    /// this node among them), led by `leader` (`None` while none is known) in `term`. This
+    /// this node among them), led by `leader` (`None` while none is known; `last_leader` led
+    /// before) in `term`. This
     /// node is shown at the address each client reached, on `port` and `tls_port`, as a single
     /// node is; a peer at its announced address (a peer whose address does not resolve is left
     /// out).
@@ -137,7 +144,7 @@ impl Topology {
         port: u16,
         tls_port: Option<u16>,
         members: &[(u64, String)],
-        leader: Option<u64>,
+        (leader, last_leader): (Option<u64>, Option<u64>),
         term: u64,
     ) -> Topology {
         let mut t = Topology::single(NodeId::of_member(me), port, tls_port);
@@ -155,7 +162,9 @@ impl Topology {
             });
             ids.push(*id);
         }
-        t.leader = leader.and_then(|l| ids.iter().position(|&id| id == l));
+        let index = |l: Option<u64>| l.and_then(|l| ids.iter().position(|&id| id == l));
+        t.leader = index(leader);
+        t.last_leader = index(last_leader);
         t.epoch = term;
         t
     }
@@ -220,10 +229,10 @@ impl Topology {
         n.ip.map(|ip| ip.to_string()).unwrap_or_default()
     }
 
-    /// The nodes serving the slots, leader first, then its replicas (none while no leader is
-    /// known).
+    /// The nodes serving the slots, leader first (the last known one during an election),
+    /// then its replicas; none before any leader was known.
     fn serving(&self) -> Vec<&Node> {
-        let Some(leader) = self.leader else {
+        let Some(leader) = self.leader.or(self.last_leader) else {
             return Vec::new();
         };
         let replicas = self.nodes.iter().enumerate().filter(|&(i, _)| i != leader);
@@ -482,6 +491,7 @@ mod tests {
             nodes,
             me,
             leader,
+            last_leader: None,
             epoch: 4,
         }
     }
@@ -648,5 +658,18 @@ mod tests {
         assert!(t
             .info_replication()
             .contains(&("master_link_status".into(), "down".into())));
+    }
+
+    #[test]
+    fn during_an_election_the_slots_stay_with_the_last_leader() {
+        let t = Topology {
+            last_leader: Some(0),
+            ..three(2, None)
+        };
+        let v = at("10.0.0.3");
+        assert!(t.cluster_info().starts_with("cluster_state:fail\r\n"));
+        let slots = resp(&t.cluster_slots(v), Proto::Resp2);
+        assert!(slots.contains("10.0.0.1\r\n:7001\r\n"), "{slots}");
+        assert_eq!(t.refusal(7), Some(Error::ClusterDown("no leader".into())));
     }
 }

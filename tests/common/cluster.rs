@@ -27,6 +27,11 @@ pub fn args(id: u64, cluster_port: u16) -> Vec<String> {
 
 /// Starts nodes 2 and 3, which wait to be contacted, then node 1 with `--cluster-init`.
 pub fn three_nodes() -> Vec<Member> {
+    three_nodes_with(&[])
+}
+
+/// [`three_nodes`] with `extra` options on every node.
+pub fn three_nodes_with(extra: &[&str]) -> Vec<Member> {
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
     let init = ports
         .iter()
@@ -39,6 +44,7 @@ pub fn three_nodes() -> Vec<Member> {
         let id = i as u64 + 1;
         let (port, cport) = ports[i];
         let mut a = args(id, cport);
+        a.extend(extra.iter().map(|s| s.to_string()));
         if id == 1 {
             a.extend(["--cluster-init".to_string(), init.clone()]);
         }

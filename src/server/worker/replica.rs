@@ -49,7 +49,15 @@ const TAKE_OVER_RETRY: Duration = Duration::from_millis(50);
 /// shard stands by (a leader cut off from its quorum).
 const WRITE_WAIT: Duration = Duration::from_secs(5);
 
-/// How often a leader with a change of unknown fate asks a follower to take over.
+/// How far ahead of the previous leaders' clocks a node's clock may run and it still lead:
+/// further, it would expire leases early by as much (replication.md §4.2).
+const MAX_CLOCK_OFFSET: Nanos = 500 * 1_000_000;
+
+/// How old a stamp may be and still tell of the clocks now.
+const STAMP_AGE: Duration = Duration::from_secs(60);
+
+/// How often a leader that does not serve (a change of unknown fate, a clock ahead) asks a
+/// follower to take over.
 const HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 
 /// How long acquires parked on a leader that stood by wait to be sent to the next one: the
@@ -146,7 +154,17 @@ impl ShardCtx {
                         if self.tainted.get() == Some(l) {
                             // A proposal of this leadership may still commit behind the copy
                             // a take-over would make: serve again only in another leadership.
-                            self.hand_over_after_unknown(&node).await;
+                            self.hand_over_now(&node, "a change of unknown fate").await;
+                            continue;
+                        }
+                        if let Some(ahead) = self.clock_ahead(&node) {
+                            tracing::error!(
+                                shard = self.id,
+                                ahead_ms = ahead / 1_000_000,
+                                "this node's clock runs ahead of the leaders' before it: it \
+                                 refuses to lead (it would expire leases early); fix its clock"
+                            );
+                            self.hand_over_now(&node, "the clock runs ahead").await;
                             continue;
                         }
                         if !self.take_over(&node, l).await {
@@ -167,19 +185,35 @@ impl ShardCtx {
         }
     }
 
-    /// Asks the follower least behind to take over (then waits a moment): this leadership made
-    /// a change of unknown fate, so the shard serves again only in the next one.
-    async fn hand_over_after_unknown(&self, node: &Handle) {
-        let to = cluster::successor(&node.status().borrow(), u64::MAX);
+    /// Asks the follower least behind to take over (then waits a moment), `why` this node does
+    /// not serve as the leader it is.
+    async fn hand_over_now(&self, node: &Handle, why: &str) {
+        let to = {
+            let s = node.status();
+            let s = s.borrow();
+            // Just elected, the leader may not know its followers' progress yet: any will do.
+            cluster::successor(&s, u64::MAX).or_else(|| s.peers.iter().map(|p| p.id).min())
+        };
         if let Some(to) = to {
-            tracing::warn!(
-                shard = self.id,
-                to,
-                "a change of unknown fate: handing leadership over"
-            );
+            tracing::warn!(shard = self.id, to, "{why}: handing leadership over");
             let _ = node.transfer_leader(to).await;
         }
         tokio::time::sleep(HAND_OVER_RETRY).await;
+    }
+
+    /// How far this node's clock runs ahead of the leaders' before it, if further than
+    /// [`MAX_CLOCK_OFFSET`] (SPEC §10's clock guard): each stamp of an entry another node led
+    /// says the offset plus the delay until this node applied it, so the least of the recent
+    /// ones bounds the offset from above. No recent stamp, no evidence: nothing is refused.
+    fn clock_ahead(&self, node: &Handle) -> Option<Nanos> {
+        let me = node.status().borrow().id;
+        let wall = self.global.wall_nanos();
+        node.recent_stamps()
+            .iter()
+            .filter(|s| s.leader != me && s.applied.elapsed() < STAMP_AGE)
+            .map(|s| wall - s.applied.elapsed().as_nanos() as Nanos - s.now)
+            .min()
+            .filter(|&ahead| ahead > MAX_CLOCK_OFFSET)
     }
 
     /// Makes the shard serve as leader `leader`: false when that leadership could not be
