@@ -61,12 +61,16 @@ npm_ci() {
     fi
 }
 
-# node_test PORT: installs the locked node_modules of the current folder, then runs its
-# test/*.test.js with node's test runner against 127.0.0.1:PORT, one file at a time (the tests
-# measure waits, and a fresh machine has 2 cores).
+# node_test PORT [FILE...]: installs the locked node_modules of the current folder, then runs
+# the test files named (default: every test/*.test.js) with node's test runner against
+# 127.0.0.1:PORT, one file at a time (the tests measure waits, and a fresh machine has 2 cores).
 node_test() {
     npm_ci
     export PERMITD_HOST=${PERMITD_HOST:-127.0.0.1}
     export PERMITD_PORT=$1
-    exec node --test --test-concurrency=1 --test-reporter=spec test/*.test.js
+    shift
+    if [ "$#" -eq 0 ]; then
+        set -- test/*.test.js
+    fi
+    exec node --test --test-concurrency=1 --test-reporter=spec "$@"
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# redis-compat/python/run.sh PORT: runs the redis-py suite (sync + asyncio, RESP2 + RESP3) against
-# a permitd already listening on 127.0.0.1:PORT. Creates .venv beside this file and installs the
-# pinned requirements.txt into it (again only when requirements.txt changed).
+# redis-compat/python/run.sh PORT [PYTEST ARGS...]: runs the redis-py suite (sync + asyncio, RESP2 +
+# RESP3) against a permitd already listening on 127.0.0.1:PORT, or what the pytest arguments select;
+# test_cluster_failover.py starts a 3-node cluster of its own from PERMITD_BIN (skipped when that
+# is unset). Creates .venv beside this file and installs the pinned requirements.txt into it
+# (again only when requirements.txt changed).
 set -euo pipefail
 PORT=${1:?usage: run.sh PORT}
 cd "$(dirname "${BASH_SOURCE[0]}")"
