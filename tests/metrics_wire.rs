@@ -408,3 +408,39 @@ fn redis_exporter_reads_command_and_error_stats() {
         "the exporter logged errors:\n{logged}"
     );
 }
+
+#[test]
+fn health_in_cluster_mode_answers_200_only_while_a_leader_is_known() {
+    // A node that was never part of a cluster knows no leader.
+    let port = free_port();
+    let waiting = Server::start_with(&[
+        "--cluster-node-id",
+        "7",
+        "--metrics-port",
+        &port.to_string(),
+    ]);
+    let (status, _, body) = get(port, "/health", None);
+    assert_eq!((status, body.as_str()), (503, "no leader\n"));
+    drop(waiting);
+    // A cluster of one elects itself.
+    let (port, client) = (free_port(), free_port());
+    let init = format!("1=127.0.0.1:{client}");
+    let metrics = port.to_string();
+    let one = Server::start_at(
+        client,
+        &[
+            "--cluster-node-id",
+            "1",
+            "--cluster-init",
+            &init,
+            "--metrics-port",
+            &metrics,
+        ],
+    )
+    .unwrap();
+    assert!(wait_until(Duration::from_secs(30), || get(
+        port, "/health", None
+    )
+    .0 == 200));
+    drop(one);
+}

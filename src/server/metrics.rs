@@ -75,8 +75,12 @@ async fn answer<B>(g: &Global, req: Request<B>) -> Response<Full<Bytes>> {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
     match req.uri().path() {
-        // A single node serves while it runs; it stops answering 200 once shutting down.
+        // A node serves while it runs and, in cluster mode, knows a leader (SPEC §11); it
+        // stops answering 200 once shutting down.
         "/health" if g.shutting_down() => plain(StatusCode::SERVICE_UNAVAILABLE, "stopping\n"),
+        "/health" if !g.topology().knows_leader() => {
+            plain(StatusCode::SERVICE_UNAVAILABLE, "no leader\n")
+        }
         "/health" => plain(StatusCode::OK, "OK\n"),
         "/metrics" => {
             let open = req

@@ -192,6 +192,11 @@ impl Topology {
         &self.nodes[self.me].id
     }
 
+    /// Whether a leader is known (always on a single node): `/health` answers 200 only then.
+    pub fn knows_leader(&self) -> bool {
+        self.leader.is_some()
+    }
+
     /// The role of HELLO's `role` and INFO's `role:`: `master` on the leader.
     pub fn role_name(&self) -> &'static str {
         if self.leader == Some(self.me) {
