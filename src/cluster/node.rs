@@ -18,9 +18,11 @@ use std::time::{Duration, Instant};
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{ClientWriteError, ForwardReason, LinearizableReadError};
 use openraft::impls::ProgressResponder;
+use openraft::raft::ClientWriteResult;
+use openraft::type_config::alias::OneshotReceiverOf;
 use openraft::{RaftMetrics, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
@@ -203,23 +205,31 @@ impl Handle {
     pub async fn write(&self, entry: ShardEntry, leader: LeaderId) -> Result<LogId, WriteError> {
         let raft = self.raft.clone();
         let done = self.on_node(async move {
-            let (responder, rx) = ProgressResponder::complete_only();
-            raft.write(entry)
-                .with_leader(leader)
-                .responder(responder)
-                .await
-                .map_err(|_| WriteError::Unknown)?;
-            match rx.await {
-                Ok(Ok(r)) => Ok(r.log_id),
-                Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(match f.reason {
-                    ForwardReason::LeaseExpired => WriteError::NoQuorum,
-                    _ => WriteError::NotLeader(f.leader_id),
-                }),
-                // Discarded on a leader change, or no answer before the node stopped.
-                Ok(Err(_)) | Err(_) => Err(WriteError::Unknown),
-            }
+            let committed = submit(&raft, entry, leader).await?;
+            outcome(committed.await)
         });
         done.await.unwrap_or(Err(WriteError::Unknown))
+    }
+
+    /// A proposer for one shard: several of its proposals may be in flight at once, and they
+    /// reach the log in the order made (a later entry's records build on an earlier one's).
+    pub fn proposer(&self) -> Proposer {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Proposal>();
+        let raft = self.raft.clone();
+        self.rt.spawn(async move {
+            // One submission at a time, in order; each commit awaited on a task of its own.
+            while let Some((entry, leader, done)) = rx.recv().await {
+                match submit(&raft, entry, leader).await {
+                    Ok(committed) => {
+                        tokio::spawn(async move { done.send(outcome(committed.await)) });
+                    }
+                    Err(e) => {
+                        let _ = done.send(Err(e));
+                    }
+                }
+            }
+        });
+        Proposer { tx }
     }
 
     /// The node's state, updated as it changes.
@@ -265,6 +275,58 @@ impl Handle {
         self.on_node(async move { raft.trigger().transfer_leader(to).await })
             .await?
             .map_err(|_| Stopped)
+    }
+}
+
+/// What a shard proposes, and where the outcome goes.
+type Proposal = (
+    ShardEntry,
+    LeaderId,
+    oneshot::Sender<Result<LogId, WriteError>>,
+);
+
+/// The commit of an entry submitted to Raft, to come.
+type Commit = OneshotReceiverOf<TypeConfig, ClientWriteResult<TypeConfig>>;
+
+/// Hands `entry` to Raft as the leader in `leader`; the commit comes on the receiver.
+async fn submit(raft: &Raft, entry: ShardEntry, leader: LeaderId) -> Result<Commit, WriteError> {
+    let (responder, committed) = ProgressResponder::complete_only();
+    raft.write(entry)
+        .with_leader(leader)
+        .responder(responder)
+        .await
+        .map_err(|_| WriteError::Unknown)?;
+    Ok(committed)
+}
+
+/// A commit's outcome as [`WriteError`] tells it.
+fn outcome<E>(committed: Result<ClientWriteResult<TypeConfig>, E>) -> Result<LogId, WriteError> {
+    match committed {
+        Ok(Ok(r)) => Ok(r.log_id),
+        Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(match f.reason {
+            ForwardReason::LeaseExpired => WriteError::NoQuorum,
+            _ => WriteError::NotLeader(f.leader_id),
+        }),
+        // Discarded on a leader change, or no answer before the node stopped.
+        Ok(Err(_)) | Err(_) => Err(WriteError::Unknown),
+    }
+}
+
+/// A shard's proposer ([`Handle::proposer`]): `Send`, cheap to clone.
+#[derive(Clone)]
+pub struct Proposer {
+    tx: mpsc::UnboundedSender<Proposal>,
+}
+
+impl Proposer {
+    /// Proposes `entry` after every entry proposed before through this proposer, and waits
+    /// until it is committed and applied: its log id.
+    pub async fn write(&self, entry: ShardEntry, leader: LeaderId) -> Result<LogId, WriteError> {
+        let (done, outcome) = oneshot::channel();
+        if self.tx.send((entry, leader, done)).is_err() {
+            return Err(WriteError::Unknown);
+        }
+        outcome.await.unwrap_or(Err(WriteError::Unknown))
     }
 }
 

@@ -580,8 +580,8 @@ impl Store {
         if u.records.is_empty() && !u.read {
             return None;
         }
-        let records = std::mem::take(u);
-        Some((records.records, self.last_lsn))
+        let taken = std::mem::take(u);
+        Some((taken.records, self.last_lsn))
     }
 
     /// Cluster mode: a proposal up to `lsn` committed.
@@ -599,7 +599,8 @@ impl Store {
         self.saved_lsn
     }
 
-    /// Whether records wait to be written.
+    /// Whether records wait to be written (or, in cluster mode, proposed, maybe with no
+    /// records: replies that changed nothing wait for a proposal).
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
             || self

@@ -25,7 +25,7 @@ use super::cluster;
 use super::conn::{Conn, Service, Transport, OUT_FLUSH};
 use super::info;
 use super::memory;
-use super::msg::{Done, Durable, NsPart, Ran, ShardInfo, ShardMsg, TxDone, TxItem};
+use super::msg::{Done, Durable, NsAnswer, Ran, ShardInfo, ShardMsg, TxDone, TxItem};
 use super::multi::{self, Step, Transaction};
 use super::parking::Parking;
 use super::session::check_permissions;
@@ -569,7 +569,7 @@ async fn remote<S: Transport>(
 async fn ns_list<S: Transport>(
     conn: &mut Conn<S>,
     page: Page,
-    mut known: Option<(usize, NsPart)>,
+    mut known: Option<(usize, NsAnswer)>,
 ) -> Reply {
     let visible_to = visible_to(conn);
     let answers = conn
@@ -581,12 +581,20 @@ async fn ns_list<S: Transport>(
         })
         .await;
     let mut parts = Vec::with_capacity(answers.len());
+    let mut refused = None;
     for (shard, Durable { value, lsn }) in answers {
         // The page may show changes of that shard that are not durable yet.
         conn.note(shard, lsn);
-        parts.push(known_or(&mut known, shard, value));
+        match known_or(&mut known, shard, value) {
+            Ok(part) => parts.push(part),
+            // Cluster mode: a shard that does not serve (leadership moving) has no part.
+            Err(e) => refused = Some(e),
+        }
     }
-    ns_page_reply(merge_ns_pages(parts, &page))
+    match refused {
+        Some(e) => Reply::Error(e),
+        None => ns_page_reply(merge_ns_pages(parts, &page)),
+    }
 }
 
 /// Shard `shard`'s part: `known`'s when it is that shard's (taken inside a transaction, at its

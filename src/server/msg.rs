@@ -16,11 +16,15 @@ use crate::engine::page::{Page, PageOf};
 use crate::engine::request::EngineRequest;
 use crate::engine::types::Name;
 use crate::engine::{Cancel, Counts, Stats, WaiterId};
+use crate::error::Error;
 use crate::persist::PersistStats;
 use crate::protocol::{Proto, Reply};
 
 /// A shard's part of an NS.LIST page: its candidates, each with its reply.
 pub type NsPart = PageOf<Name, (Name, Reply)>;
+
+/// A shard's NS.LIST part, or why it has none now (cluster mode: it does not serve).
+pub type NsAnswer = Result<NsPart, Error>;
 
 /// A shard thread's inbox message.
 #[derive(Debug)]
@@ -127,7 +131,7 @@ pub enum ShardMsg {
         /// Only namespaces this user may access (`None`: all).
         visible_to: Option<Arc<User>>,
         /// This shard's candidates.
-        reply: oneshot::Sender<Durable<NsPart>>,
+        reply: oneshot::Sender<Durable<NsAnswer>>,
     },
     /// Start the per-command statistics again from zero (CONFIG RESETSTAT).
     ResetStats {
@@ -172,7 +176,7 @@ pub enum TxDone {
     /// Of an engine command.
     Engine(Done),
     /// This shard's NS.LIST part.
-    NsList(NsPart),
+    NsList(NsAnswer),
     /// This shard's INFO figures (boxed: they hold every command's statistics).
     Info(Box<ShardInfo>),
     /// Whether the acquire was still parked.

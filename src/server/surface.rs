@@ -135,7 +135,11 @@ pub fn run(s: &mut Session, g: &Global, req: Request) -> Option<Reply> {
         Request::ClusterKeySlot(slot) => Reply::Int(i64::from(slot)),
         Request::Shutdown => {
             tracing::info!(client = s.client().id(), "User requested shutdown...");
-            g.ask_stop();
+            // In cluster mode the leader hands over before its connections drain (listener.rs).
+            match g.cluster() {
+                Some(_) => g.ask_stop(),
+                None => g.begin_shutdown(),
+            }
             s.close = true;
             return None;
         }

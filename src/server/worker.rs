@@ -19,7 +19,7 @@ use super::acl::User;
 use super::background::Background;
 use super::clock::{Clock, Reading};
 use super::global::Global;
-use super::msg::{Done, Durable, NsPart, Ran, ShardInfo, ShardMetrics, ShardMsg, TxDone, TxItem};
+use super::msg::{Done, Durable, NsAnswer, Ran, ShardInfo, ShardMetrics, ShardMsg, TxDone, TxItem};
 use super::parking::Parking;
 use super::semstats::{self, SemKey, Waits};
 use super::stats::{CommandStats, Outcome};
@@ -104,8 +104,9 @@ pub struct ShardCtx {
     last_now: Cell<Nanos>,
     /// Whether the shard serves (replica.rs: cluster mode serves on the leader only).
     leading: RefCell<Leading>,
-    /// Cluster mode: the LSN the proposal in flight covers.
-    in_flight: Cell<Option<u64>>,
+    /// Cluster mode: the proposals in flight, and the LSN the last one made covers.
+    in_flight: Cell<usize>,
+    proposed: Cell<u64>,
     /// Cluster mode: a leadership the shard stood by from with a proposal of unknown fate
     /// (replica.rs: it does not serve under it again).
     tainted: Cell<Option<LeaderId>>,
@@ -163,14 +164,16 @@ impl ShardCtx {
                 Some(_) => Leading::Standby,
                 None => Leading::Alone,
             }),
-            in_flight: Cell::new(None),
+            in_flight: Cell::new(0),
+            proposed: Cell::new(0),
             tainted: Cell::new(None),
             leadership_wake: Notify::new(),
             commands: Cell::new(0),
             stats: RefCell::new(CommandStats::default()),
             waits: RefCell::new(Waits::default()),
         });
-        if let Some(e) = state.full {
+        // In cluster mode the shard's own files are not written (the Raft log is).
+        if let (Some(e), false) = (state.full, ctx.clustered()) {
             ctx.start_full(&e);
         }
         tokio::task::spawn_local(ctx.clone().timer_loop());
@@ -225,7 +228,9 @@ impl ShardCtx {
     /// caller settles, which journals the shift.
     fn now(&self) -> Nanos {
         let Reading { now, step } = self.clock.read(self.global.wall_nanos());
-        if let Some(by) = step {
+        // A shard that does not serve (cluster mode) holds nothing to shift, and must journal
+        // nothing: its next leadership starts from the state machine.
+        if let (Some(by), None) = (step, self.standby_refusal()) {
             tracing::warn!(
                 shard = self.id,
                 step_ms = by / 1_000_000,
@@ -387,13 +392,16 @@ impl ShardCtx {
     }
 
     /// This shard's part of an NS.LIST page at `now`, of the namespaces `visible_to` may access
-    /// (`None`: all); the caller settles.
-    fn ns_list_part(&self, now: Nanos, page: &Page, visible_to: Option<&User>) -> NsPart {
+    /// (`None`: all), or the refusal of a shard that does not serve; the caller settles.
+    fn ns_list_part(&self, now: Nanos, page: &Page, visible_to: Option<&User>) -> NsAnswer {
+        if let Some(e) = self.standby_refusal() {
+            return Err(e);
+        }
         self.store.borrow_mut().note_read();
         let mut engine = self.engine.borrow_mut();
         engine.advance(now);
         let visible = |ns: &Name| visible_to.is_none_or(|u| u.can_access(ns.bytes()));
-        engine.ns_list_part_where(page, visible)
+        Ok(engine.ns_list_part_where(page, visible))
     }
 
     /// This shard's INFO figures at `now` (expiries due are fired first), the latency
@@ -410,15 +418,17 @@ impl ShardCtx {
         }
     }
 
-    /// LSN of the last change this shard made that a crash could take back: a reply written
-    /// after it is durable shows no such state. With a full disk, that is the last one saved
-    /// (see [`Disk::Full`]).
+    /// LSN of the last change this shard made that a crash (or, in cluster mode, a failover)
+    /// could take back, or of the proposal a read waits for: a reply written after it is
+    /// durable shows no such state. With a full disk, that is the last one saved (see
+    /// [`Disk::Full`]); on a shard that does not serve (cluster mode), too: its refusals show
+    /// nothing.
     pub fn last_lsn(&self) -> u64 {
         let store = self.store.borrow();
-        match *self.disk.borrow() {
-            Disk::Full(_) => store.saved_lsn(),
-            _ => store.last_lsn(),
+        if self.standby_refusal().is_some() || matches!(*self.disk.borrow(), Disk::Full(_)) {
+            return store.saved_lsn();
         }
+        store.last_lsn()
     }
 
     /// Journals the engine's changes, delivers its replies to parked clients, and re-arms the

@@ -20,11 +20,14 @@
 //! the replies waiting for its proposals `LEADERCHANGED` (proposed: they may have committed) or
 //! `TRYAGAIN` (never proposed: nothing happened).
 //!
+//! An idle leader proposes an empty entry every second (shard 0), so that the followers' clock
+//! guard always has fresh stamps of the leader's clock.
+//!
 //! A proposal of unknown fate (leadership moved as it was made, or it did not commit within
 //! [`WRITE_WAIT`]: a leader cut off from its quorum) may still commit later in the same
 //! leadership, after a take-over copied the state machine: the shard therefore serves again
-//! only in another leadership, and while its node still leads in this one it asks the follower
-//! least behind to take over.
+//! only in another leadership, or once every proposal of this one committed or was discarded,
+//! and meanwhile, while its node still leads, it asks the follower least behind to take over.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -33,7 +36,7 @@ use std::time::Duration;
 use super::{Parked, ShardCtx};
 use crate::cluster::entry::ShardEntry;
 use crate::cluster::node::{Handle, Role, WriteError};
-use crate::cluster::LeaderId;
+use crate::cluster::{LeaderId, LogId};
 use crate::command::slot::key_slot;
 use crate::engine::types::{Nanos, NANOS_PER_SEC};
 use crate::error::Error;
@@ -45,6 +48,14 @@ use crate::server::msg::Durable;
 /// confirmed it yet).
 const TAKE_OVER_RETRY: Duration = Duration::from_millis(50);
 
+/// How many proposals of a shard may be in flight at once: while they wait, what the shard does
+/// gathers into the next (group commit), and several in flight keep each node's log writer
+/// batching.
+const IN_FLIGHT: usize = 4;
+
+/// How often an idle leader proposes an empty entry (shard 0 only).
+const TICK: Duration = Duration::from_secs(1);
+
 /// How long a proposal may wait to commit before its replies get `LEADERCHANGED` and the
 /// shard stands by (a leader cut off from its quorum).
 const WRITE_WAIT: Duration = Duration::from_secs(5);
@@ -54,21 +65,22 @@ const WRITE_WAIT: Duration = Duration::from_secs(5);
 const MAX_CLOCK_OFFSET: Nanos = 500 * 1_000_000;
 
 /// How old a stamp may be and still tell of the clocks now.
-const STAMP_AGE: Duration = Duration::from_secs(60);
+const STAMP_AGE: Duration = Duration::from_secs(10);
 
 /// How often a leader that does not serve (a change of unknown fate, a clock ahead) asks a
 /// follower to take over.
 const HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 
-/// How long acquires parked on a leader that stood by wait to be sent to the next one: the
-/// longest election timeout, twice.
+/// How long acquires parked on a leader that stood by wait to be sent to the next one: an
+/// election begins 0.9-1.2 s after a leader is lost, and may need a second round.
 const NEXT_LEADER_WAIT: Duration = Duration::from_secs(2);
 
 /// Whether the shard serves.
 pub(super) enum Leading {
     /// A single node: it always does.
     Alone,
-    /// Cluster mode, this node does not lead (or is taking over): nothing is served.
+    /// Cluster mode, this node does not lead, is taking over, or leads but may not serve (a
+    /// change of unknown fate in this leadership, its clock ahead): nothing is served.
     Standby,
     /// Cluster mode, this node leads in this leadership, and the shard's state is the
     /// committed state of the cluster plus its own proposals.
@@ -83,6 +95,11 @@ impl ShardCtx {
             .then(|| Error::TryAgain("this node is not serving: leadership is moving".into()))
     }
 
+    /// Whether the shard runs in cluster mode.
+    pub(super) fn clustered(&self) -> bool {
+        !matches!(*self.leading.borrow(), Leading::Alone)
+    }
+
     fn serving_as(&self) -> Option<LeaderId> {
         match &*self.leading.borrow() {
             Leading::Serving(l) => Some(*l),
@@ -90,17 +107,27 @@ impl ShardCtx {
         }
     }
 
-    /// Proposes what the shard did, one entry at a time, and releases the replies of each
-    /// once it committed; a proposal that fails ends this leadership of the shard.
+    /// Proposes what the shard did, up to [`IN_FLIGHT`] entries at a time (in order: a later
+    /// entry builds on an earlier one), and releases the replies of each once it committed
+    /// (commits come in log order, so a commit also settles every proposal before it); a
+    /// proposal that fails ends this leadership of the shard.
     pub(super) async fn replicate_loop(self: Rc<Self>, node: Handle) {
+        let proposer = node.proposer();
         loop {
             let leader = self.serving_as();
             let proposal = match &leader {
-                Some(_) => self.store.borrow_mut().take_proposal(),
-                None => None,
+                Some(_) if self.in_flight.get() < IN_FLIGHT => {
+                    self.store.borrow_mut().take_proposal()
+                }
+                _ => None,
             };
             let (Some(leader), Some((records, lsn))) = (leader, proposal) else {
-                self.flush_wake.notified().await;
+                let woken = tokio::time::timeout(TICK, self.flush_wake.notified()).await;
+                if woken.is_err() && self.id == 0 && self.serving_as().is_some() {
+                    // Idle: an empty entry, so that the followers' clock guard has fresh
+                    // stamps of this leader's clock.
+                    self.store.borrow_mut().note_read();
+                }
                 continue;
             };
             let entry = ShardEntry {
@@ -108,26 +135,58 @@ impl ShardCtx {
                 now: self.last_now.get(),
                 records,
             };
-            self.in_flight.set(Some(lsn));
-            // A leader cut off from its quorum keeps an appended entry pending until leadership
-            // moves (openraft's rule): its replies wait at most this long.
-            let written = tokio::time::timeout(WRITE_WAIT, node.write(entry, leader))
-                .await
-                .unwrap_or(Err(WriteError::Unknown));
-            self.in_flight.set(None);
-            match written {
-                Ok(_) => {
-                    self.store.borrow_mut().committed(lsn);
-                    self.global.mark_durable(self.id, lsn);
+            self.proposed.set(lsn);
+            self.in_flight.set(self.in_flight.get() + 1);
+            let (ctx, proposer, node) = (self.clone(), proposer.clone(), node.clone());
+            tokio::task::spawn_local(async move {
+                let write = proposer.write(entry, leader);
+                tokio::pin!(write);
+                // A leader cut off from its quorum keeps an appended entry pending until
+                // leadership moves (openraft's rule): its replies wait at most this long, and
+                // the write itself is awaited still, so that the count in flight says when
+                // nothing of this leadership is pending any more.
+                let written = match tokio::time::timeout(WRITE_WAIT, &mut write).await {
+                    Ok(written) => written,
+                    Err(_) => {
+                        ctx.settle_proposal(&node, leader, lsn, Err(WriteError::Unknown));
+                        let _ = write.await;
+                        Err(WriteError::Unknown)
+                    }
+                };
+                ctx.in_flight.set(ctx.in_flight.get() - 1);
+                ctx.settle_proposal(&node, leader, lsn, written);
+                if ctx.in_flight.get() == 0 && ctx.tainted.get() == Some(leader) {
+                    // Its proposals all committed and applied, or were discarded: a take-over
+                    // in the same leadership copies them with the state machine.
+                    ctx.tainted.set(None);
+                    ctx.leadership_wake.notify_one();
                 }
-                // Stood by meanwhile (the status said so first): already answered.
-                Err(_) if self.serving_as().as_ref() != Some(&leader) => {}
-                Err(WriteError::Unknown) => self.stand_by(&node, lsn),
-                Err(WriteError::NotLeader(_) | WriteError::NoQuorum) => {
-                    let saved = self.store.borrow().saved_lsn();
-                    self.stand_by(&node, saved);
-                }
+                ctx.flush_wake.notify_one();
+            });
+        }
+    }
+
+    /// What became of the proposal up to `lsn` made as leader `leader`.
+    fn settle_proposal(
+        &self,
+        node: &Handle,
+        leader: LeaderId,
+        lsn: u64,
+        written: Result<LogId, WriteError>,
+    ) {
+        match written {
+            Ok(_) => {
+                self.store.borrow_mut().committed(lsn);
+                self.global.mark_durable(self.id, lsn);
             }
+            // Stood by meanwhile (the status said so first): already answered.
+            Err(_) if self.serving_as() != Some(leader) => {}
+            // Nothing written, and nothing else in flight that might have been.
+            Err(WriteError::NotLeader(_) | WriteError::NoQuorum) if self.in_flight.get() == 0 => {
+                let saved = self.store.borrow().saved_lsn();
+                self.stand_by(node, saved);
+            }
+            Err(_) => self.stand_by(node, self.proposed.get()),
         }
     }
 
@@ -142,13 +201,7 @@ impl ShardCtx {
             };
             match self.serving_as() {
                 Some(l) if leads && leader.as_ref() == Some(&l) => {}
-                Some(_) => {
-                    let unknown = self
-                        .in_flight
-                        .get()
-                        .unwrap_or(self.store.borrow().saved_lsn());
-                    self.stand_by(&node, unknown);
-                }
+                Some(_) => self.stand_by(&node, self.proposed.get()),
                 None => {
                     if let Some(l) = leader.filter(|_| leads) {
                         if self.tainted.get() == Some(l) {
@@ -188,12 +241,7 @@ impl ShardCtx {
     /// Asks the follower least behind to take over (then waits a moment), `why` this node does
     /// not serve as the leader it is.
     async fn hand_over_now(&self, node: &Handle, why: &str) {
-        let to = {
-            let s = node.status();
-            let s = s.borrow();
-            // Just elected, the leader may not know its followers' progress yet: any will do.
-            cluster::successor(&s, u64::MAX).or_else(|| s.peers.iter().map(|p| p.id).min())
-        };
+        let to = cluster::successor(&node.status().borrow(), u64::MAX);
         if let Some(to) = to {
             tracing::warn!(shard = self.id, to, "{why}: handing leadership over");
             let _ = node.transfer_leader(to).await;
@@ -229,6 +277,9 @@ impl ShardCtx {
                 return false;
             }
         }
+        // A shard that does not serve journals nothing and notes no read.
+        debug_assert!(!self.store.borrow().has_pending());
+        self.store.borrow_mut().drop_pending();
         let committed = node.committed(self.id);
         self.clock
             .raise_to(committed.floor, self.global.wall_nanos());
@@ -280,11 +331,13 @@ impl ShardCtx {
         let slots: Vec<(u16, Parked)> = {
             let engine = self.engine.borrow();
             let mut parked = self.parked.borrow_mut();
-            let slot = |id| Some(key_slot(engine.waiter_semaphore(id)?.0.bytes()));
-            parked
-                .drain()
-                .filter_map(|(id, p)| Some((slot(id)?, p)))
-                .collect()
+            // Every parked reply has its waiter in the engine; slot 0 is a redirect all the same.
+            let slot = |id| {
+                engine
+                    .waiter_semaphore(id)
+                    .map_or(0, |(ns, _)| key_slot(ns.bytes()))
+            };
+            parked.drain().map(|(id, p)| (slot(id), p)).collect()
         };
         self.engine
             .borrow_mut()
@@ -295,19 +348,18 @@ impl ShardCtx {
             "leadership moved: the state not known to be committed is dropped"
         );
         if !slots.is_empty() {
-            tokio::task::spawn_local(send_to_leader(node.clone(), slots, saved));
+            tokio::task::spawn_local(send_to_leader(node.clone(), leader, slots, saved));
         }
         self.leadership_wake.notify_one();
     }
 }
 
-/// Answers the acquires parked on a leader that stood by `MOVED` to the next leader, once one
-/// is known (an election takes up to the election timeout; they were waiting anyway), or
-/// `CLUSTERDOWN` after [`NEXT_LEADER_WAIT`]. They were never granted: re-sent, they join the
-/// new leader's queue.
-async fn send_to_leader(node: Handle, parked: Vec<(u16, Parked)>, lsn: u64) {
+/// Answers the acquires parked under leadership `was` `MOVED` to the next leader, once one is
+/// known (an election takes a second or so; they were waiting anyway), or `CLUSTERDOWN` after
+/// [`NEXT_LEADER_WAIT`]. They were never granted: re-sent, they join the new leader's queue.
+async fn send_to_leader(node: Handle, was: LeaderId, parked: Vec<(u16, Parked)>, lsn: u64) {
     let mut status = node.status();
-    let known = status.wait_for(|s| s.leader.is_some());
+    let known = status.wait_for(|s| s.leader.is_some() && s.leader_id != Some(was));
     let leader = match tokio::time::timeout(NEXT_LEADER_WAIT, known).await {
         Ok(Ok(s)) => s.leader.clone(),
         _ => None,
