@@ -275,24 +275,30 @@ fn summary(records: &[Record], taken: &[Vec<usize>], kills: &[Kill], why: &str) 
         .map(|k| k.after.iter().filter(|a| a.is_none()).count())
         .sum();
     let ms = |ns: u64| ns as f64 / 1e6;
-    // The outages no kill took: their count and the longest.
-    let mut others = 0usize;
-    let mut other_max = 0u64;
+    // The outages no kill took: their count, the longest, and (the first 200, in time order)
+    // when each began (unix ms) and how long it lasted (ms).
+    let mut others: Vec<(u64, u64)> = Vec::new();
     for (c, r) in records.iter().enumerate() {
         for (i, &(start, end)) in r.outages.iter().enumerate() {
             if !taken[c].contains(&i) {
-                others += 1;
-                other_max = other_max.max(end - start);
+                others.push((start, end - start));
             }
         }
     }
+    others.sort_unstable();
+    let other_max = others.iter().map(|o| o.1).max().unwrap_or(0);
+    let listed: Vec<String> = others
+        .iter()
+        .take(200)
+        .map(|&(start, len)| format!("[{},{:.1}]", start / 1_000_000, ms(len)))
+        .collect();
     let sum = |f: fn(&Record) -> u64| records.iter().map(f).sum::<u64>();
     let first_other = records
         .iter()
         .find_map(|r| r.first_other_error.clone())
         .unwrap_or_default();
     format!(
-        "{{\"mode\":\"failover\",\"stopped\":\"{why}\",\"clients\":{},\"kills\":{},\"samples\":{},\"missing\":{missing},\"p50_ms\":{:.1},\"p99_ms\":{:.1},\"max_ms\":{:.1},\"outages\":{},\"outages_not_after_a_kill\":{others},\"max_other_outage_ms\":{:.1},\"successes\":{},\"moved\":{},\"clusterdown\":{},\"tryagain\":{},\"leaderchanged\":{},\"connect_failed\":{},\"conn_lost\":{},\"leases_created\":{},\"other_errors\":{},\"first_other_error\":\"{}\"}}",
+        "{{\"mode\":\"failover\",\"stopped\":\"{why}\",\"clients\":{},\"kills\":{},\"samples\":{},\"missing\":{missing},\"p50_ms\":{:.1},\"p99_ms\":{:.1},\"max_ms\":{:.1},\"outages\":{},\"outages_not_after_a_kill\":{},\"max_other_outage_ms\":{:.1},\"successes\":{},\"moved\":{},\"clusterdown\":{},\"tryagain\":{},\"leaderchanged\":{},\"connect_failed\":{},\"conn_lost\":{},\"leases_created\":{},\"other_errors\":{},\"first_other_error\":\"{}\",\"other_outages\":[{}]}}",
         records.len(),
         kills.len(),
         samples.len(),
@@ -300,6 +306,7 @@ fn summary(records: &[Record], taken: &[Vec<usize>], kills: &[Kill], why: &str) 
         ms(percentile(&samples, 0.99)),
         ms(percentile(&samples, 1.0)),
         records.iter().map(|r| r.outages.len()).sum::<usize>(),
+        others.len(),
         ms(other_max),
         sum(|r| r.successes),
         sum(|r| r.moved),
@@ -311,6 +318,7 @@ fn summary(records: &[Record], taken: &[Vec<usize>], kills: &[Kill], why: &str) 
         sum(|r| r.leases_created),
         sum(|r| r.other_errors),
         escape(&first_other),
+        listed.join(","),
     )
 }
 
