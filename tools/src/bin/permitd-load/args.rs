@@ -106,6 +106,34 @@ pub(crate) struct HandoffArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+pub(crate) struct FailoverArgs {
+    /// The cluster's nodes, their client addresses comma-separated (host:port,host:port,...).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) nodes: Vec<String>,
+    /// Clients, each on its own connection under its own lease.
+    #[arg(short = 'c', long, default_value_t = 8)]
+    pub(crate) connections: usize,
+    /// A pause longer than this between two successes of one client is an outage, ms.
+    #[arg(long, default_value_t = 100.0)]
+    pub(crate) gap_ms: f64,
+    /// Pause before a retry after CLUSTERDOWN, TRYAGAIN or a refused or lost connection, ms.
+    #[arg(long, default_value_t = 50.0)]
+    pub(crate) retry_ms: f64,
+    /// Seconds a kill waits for every client's next success; then it is reported without them.
+    #[arg(long, default_value_t = 30.0)]
+    pub(crate) settle_seconds: f64,
+    /// The clients' lease TTL, seconds; each refreshes its lease every third of it.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) lease_ttl: u64,
+    /// Upper bound on the whole run, seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub(crate) max_seconds: f64,
+    /// Namespace of the semaphore and the leases (created if missing).
+    #[arg(long, default_value = "permitd-load")]
+    pub(crate) ns: String,
+}
+
+#[derive(Args, Debug, Clone)]
 pub(crate) struct PingArgs {
     /// Which server speaks at --host/--port (only a label here: both answer PING).
     #[arg(long, value_enum)]

@@ -112,7 +112,7 @@ pub fn handoff(addr: SocketAddr, a: &HandoffArgs) -> Result<()> {
 }
 
 /// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[u64], q: f64) -> u64 {
+pub(crate) fn percentile(sorted: &[u64], q: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }

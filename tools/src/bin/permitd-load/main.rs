@@ -17,11 +17,15 @@
 //!   is parked in `SEM.ACQUIRE ... 10`; measures from sending `SEM.RELEASE` to receiving the
 //!   waiter's ACQUIRED reply, N times. Reports p50/p99 in microseconds.
 //! * `ping`: C connections pipelining P `PING`s, for D seconds: the same client's ceiling.
+//! * `failover` (cluster mode): C clients loop acquire + release against the nodes given,
+//!   following MOVED and retrying CLUSTERDOWN/TRYAGAIN as cluster clients do; for each leader
+//!   kill announced on stdin (`kill <unix-ns>`), each client's time to its next success.
 //!
 //! Every result is one JSON object on one line of stdout; progress goes to stderr. Traffic
-//! goes only to the address given (loopback by default); every loop is bounded in time.
+//! goes only to the addresses given (loopback by default); every loop is bounded in time.
 
 mod args;
+mod failover;
 mod handoff;
 mod replies;
 mod rounds;
@@ -30,7 +34,7 @@ mod throughput;
 
 use clap::{Parser, Subcommand};
 
-use args::{HandoffArgs, PingArgs, ThroughputArgs};
+use args::{FailoverArgs, HandoffArgs, PingArgs, ThroughputArgs};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -56,6 +60,9 @@ enum Mode {
     Handoff(HandoffArgs),
     /// Pipelined PINGs: the client's own ceiling against a server.
     Ping(PingArgs),
+    /// Cluster mode: each client's time from a leader kill (announced on stdin) to its next
+    /// success.
+    Failover(FailoverArgs),
 }
 
 fn main() {
@@ -71,6 +78,7 @@ fn main() {
         Mode::Throughput(a) => throughput::throughput(addr, a),
         Mode::Handoff(a) => handoff::handoff(addr, a),
         Mode::Ping(a) => throughput::ping(addr, a),
+        Mode::Failover(a) => failover::failover(a),
     };
     if let Err(e) = res {
         eprintln!("permitd-load: {e}");
