@@ -441,6 +441,12 @@ fn openraft_config(cfg: &ClusterConfig) -> Result<openraft::Config, String> {
         // §4.7); heartbeat + this + a tick stays below the election timeout.
         heartbeat_min_interval: Some(t.heartbeat_ms),
         enable_pre_vote: Some(true),
+        // A leader restarted after a crash runs a new election instead of resuming its term
+        // (openraft's default): resumed, its last proposals before the crash could commit after
+        // a shard copied the state machine to serve, and the log would then hold two grants of
+        // one fencing token (the fault harness's kill -9 class found it: a follower's apply
+        // stopped on "fencing tokens are unique").
+        enable_leader_restore: Some(false),
         // A whole snapshot per RPC: its files take longer than a heartbeat's 200 ms.
         install_snapshot_timeout: 30_000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_after),

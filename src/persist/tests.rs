@@ -561,3 +561,38 @@ fn room_is_reserved_past_the_log_or_probed_with_a_file_that_goes_away() {
     assert!(!beside.exists());
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn in_cluster_mode_records_wait_for_a_proposal_and_reads_get_one_of_their_own() {
+    let dir = std::env::temp_dir().join(format!("permitd-propose-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let loaded = load(&dir, 1, false).unwrap();
+    let mut store = Store::open(&loaded.gen_dir, 0, 0, Fsync::Always, 1 << 30).unwrap();
+    store.propose_instead();
+    assert!(!store.has_pending() && store.take_proposal().is_none());
+    // A read with nothing pending takes an LSN of its own, once, and waits for a proposal.
+    store.note_read();
+    store.note_read();
+    assert_eq!(store.last_lsn(), 1);
+    assert_eq!(store.take_proposal(), Some((Vec::new(), 1)));
+    // Records go into the next proposal, not into frames; a read then shares their LSN.
+    let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+    let journal = workload(&mut live);
+    assert_eq!(store.append(journal.clone()), 2);
+    store.note_read();
+    assert_eq!(store.last_lsn(), 2);
+    assert!(
+        store.pending.is_empty(),
+        "nothing framed for the shard's own log"
+    );
+    assert_eq!(store.take_proposal(), Some((journal, 2)));
+    assert!(!store.has_pending());
+    store.committed(2);
+    assert_eq!(store.saved_lsn(), 2);
+    // A roll-back drops what waits; its LSNs are not handed out again.
+    store.note_read();
+    store.drop_pending();
+    assert!(store.take_proposal().is_none());
+    assert_eq!(store.append(Vec::new()), 3);
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -406,7 +406,19 @@ impl Client {
             while self.conn.is_none() {
                 self.conn = RawConn::try_connect(self.addr).ok();
                 if self.conn.is_none() {
-                    assert!(Instant::now() < deadline, "no server at {}", self.addr);
+                    assert!(
+                        Instant::now() < deadline,
+                        "{op:?}: no server at {} after the faults healed; the last answers: {:?}; \
+                         the nodes: {}",
+                        self.addr,
+                        self.calls
+                            .iter()
+                            .rev()
+                            .take(5)
+                            .map(|c| &c.outcome)
+                            .collect::<Vec<_>>(),
+                        self.diagnose()
+                    );
                     self.next_node();
                     thread::sleep(Duration::from_millis(50));
                 }

@@ -198,6 +198,16 @@ impl Server {
             .unwrap_or_default()
     }
 
+    /// The lines of the server's log that hold one of `words`.
+    pub fn log_lines_with(&self, words: &[&str]) -> String {
+        let all = self.log_contents();
+        let hits: Vec<&str> = all
+            .lines()
+            .filter(|l| words.iter().any(|w| l.contains(w)))
+            .collect();
+        hits[hits.len().saturating_sub(20)..].join("\n")
+    }
+
     /// The last `n` lines of the server's log.
     pub fn log_tail(&self, n: usize) -> String {
         let all = self.log_contents();
@@ -251,7 +261,9 @@ impl Server {
             }
         }
         panic!(
-            "permitd did not restart: {last_err}\n--- server log ---\n{}",
+            "permitd did not restart: {last_err}\n--- what it said went wrong ---\n{}\n--- server \
+             log ---\n{}",
+            self.log_lines_with(&["panicked", "ERROR", "WARN"]),
             self.log_tail(60)
         );
     }

@@ -267,15 +267,20 @@ impl ShardCtx {
     /// Makes the shard serve as leader `leader`: false when that leadership could not be
     /// confirmed (no quorum yet) or is over already.
     async fn take_over(&self, node: &Handle, leader: LeaderId) -> bool {
+        // The copy must hold every entry of this node's log that may still commit in this
+        // leadership. The linearizable read waits for the term's first entry, so for all before
+        // it; a restarted leader does not resume its term (node.rs), and proposals of unknown
+        // fate keep the leadership tainted until they resolved. Waiting until everything in the
+        // log now is applied holds the rule whatever the path.
+        let mut status = node.status();
+        let upto = status.borrow().last_index;
         if node.ensure_linearizable().await.is_err() {
             return false;
         }
-        {
-            let s = node.status();
-            let s = s.borrow();
-            if s.role != Role::Leader || s.leader_id.as_ref() != Some(&leader) {
-                return false;
-            }
+        let applied = status.wait_for(|s| s.leader_id != Some(leader) || s.applied >= upto);
+        match tokio::time::timeout(WRITE_WAIT, applied).await {
+            Ok(Ok(s)) if s.role == Role::Leader && s.leader_id == Some(leader) => {}
+            _ => return false,
         }
         // A shard that does not serve journals nothing and notes no read.
         debug_assert!(!self.store.borrow().has_pending());
