@@ -447,6 +447,10 @@ fn openraft_config(cfg: &ClusterConfig) -> Result<openraft::Config, String> {
         // one fencing token (the fault harness's kill -9 class found it: a follower's apply
         // stopped on "fencing tokens are unique").
         enable_leader_restore: Some(false),
+        // Entries go to the followers as soon as the leader's log has them in memory, so that
+        // the leader's fdatasync and the followers' run at once (a commit still needs a
+        // majority that synced them, the leader counted only once its own sync is done).
+        broadcast_submitted_on_append: Some(true),
         // A whole snapshot per RPC: its files take longer than a heartbeat's 200 ms.
         install_snapshot_timeout: 30_000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_after),
