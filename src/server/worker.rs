@@ -38,8 +38,6 @@ use crate::protocol::{Proto, Reply};
 mod disk;
 mod replica;
 
-use replica::Leading;
-
 /// Whether the shard's changes can be written.
 enum Disk {
     /// They are written as they come.
@@ -64,6 +62,18 @@ impl Disk {
             Disk::RollingBack(e) | Disk::Full(e) | Disk::Failed(e) => Some(e),
         }
     }
+}
+
+/// Whether the shard serves.
+enum Leading {
+    /// A single node: it always does.
+    Alone,
+    /// Cluster mode, this node does not lead, is taking over, or leads but may not serve (a
+    /// change of unknown fate in this leadership, its clock ahead): nothing is served.
+    Standby,
+    /// Cluster mode, this node leads in this leadership, and the shard's state is the
+    /// committed state of the cluster plus its own proposals.
+    Serving(LeaderId),
 }
 
 /// A parked acquire's reply channel.

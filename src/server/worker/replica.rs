@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::{Parked, ShardCtx};
+use super::{Leading, Parked, ShardCtx};
 use crate::cluster::entry::ShardEntry;
 use crate::cluster::node::{Handle, Role, WriteError};
 use crate::cluster::{LeaderId, LogId};
@@ -74,18 +74,6 @@ const HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 /// How long acquires parked on a leader that stood by wait to be sent to the next one: an
 /// election begins 0.9-1.2 s after a leader is lost, and may need a second round.
 const NEXT_LEADER_WAIT: Duration = Duration::from_secs(2);
-
-/// Whether the shard serves.
-pub(super) enum Leading {
-    /// A single node: it always does.
-    Alone,
-    /// Cluster mode, this node does not lead, is taking over, or leads but may not serve (a
-    /// change of unknown fate in this leadership, its clock ahead): nothing is served.
-    Standby,
-    /// Cluster mode, this node leads in this leadership, and the shard's state is the
-    /// committed state of the cluster plus its own proposals.
-    Serving(LeaderId),
-}
 
 impl ShardCtx {
     /// The error every request gets while the shard does not serve (cluster mode, between two
