@@ -12,8 +12,9 @@ of a failover by itself: it follows MOVED and TRYAGAIN (up to 16 tries), and re-
 CLUSTERDOWN or a lost connection (10 more tries, each after a CLUSTER SLOTS refresh, with no
 pause between them). What gets past it reaches the loop and is counted by kind; seen so far:
 ConnectionError (the 10 re-sends are spent long before the followers stop naming the dead
-leader) and RedisClusterException "All slots are not covered ...", which is not a RedisError,
-when a refresh asks a node that knows no leader (its CLUSTER SLOTS is then an empty array).
+leader) and, before permitd kept showing the last leader's slots during an election (an empty
+CLUSTER SLOTS), RedisClusterException "All slots are not covered ...", which is not a
+RedisError: the loop still counts it.
 
 Asserted, as a user would check it:
 - after each kill, every worker gets an answer to a command sent after the kill within 3 s

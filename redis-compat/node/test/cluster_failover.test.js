@@ -10,9 +10,9 @@
 // the worker sends SEM.RELEASE until it is answered before it goes on, so that it never holds a
 // permit without knowing it. ioredis hides most of a failover by itself: MOVED, TRYAGAIN,
 // CLUSTERDOWN and "Connection is closed" are re-sent (16 tries in all, `maxRedirections`), and
-// when a slots refresh finds no node serving (a node that knows no leader answers CLUSTER SLOTS
-// with an empty array) it drops every connection and reconnects (`clusterRetryStrategy`),
-// keeping the commands queued meanwhile. What gets past it reaches the loop and is counted by
+// were a slots refresh to find no node serving (permitd keeps showing the last leader's slots
+// during an election, so it does not) it would drop every connection and reconnect
+// (`clusterRetryStrategy`), keeping the commands queued meanwhile. What gets past it reaches the loop and is counted by
 // kind; seen so far: "Too many Cluster redirections. Last error: Error: Connection is closed."
 //
 // Asserted, as a user would check it:

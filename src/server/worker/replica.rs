@@ -4,10 +4,10 @@
 //! On the leader the shard evaluates: its engine runs ahead of the committed log, as a single
 //! node's runs ahead of its disk, and each pass of [`ShardCtx::replicate_loop`] proposes the
 //! records made since the last one as one Raft entry stamped with the shard's `now` (group
-//! commit: one proposal in flight per shard). The replies wait behind the gate until their
-//! entry committed; replies that changed nothing wait for the next entry too, which proves the
-//! leadership after they were made (linearizable reads at the cost of a write, shared by every
-//! reply of the pass).
+//! commit: a few proposals in flight per shard, in order). The replies wait behind the gate
+//! until their entry committed; replies that changed nothing wait for the next entry too, which
+//! proves the leadership after they were made (linearizable reads at the cost of a write,
+//! shared by every reply of the pass).
 //!
 //! A follower's shard holds no state and serves nothing: the state machine holds every shard's
 //! committed state. When its node becomes leader, the shard waits until the term's first entry
