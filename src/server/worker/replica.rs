@@ -154,7 +154,12 @@ impl ShardCtx {
         }
     }
 
-    /// What became of the proposal up to `lsn` made as leader `leader`.
+    /// What became of the proposal up to `lsn` made as leader `leader`. A commit marks every
+    /// LSN up to `lsn` durable, which is right for the proposals before it only if they reached
+    /// the log too: one refused before it was appended (`NotLeader`, `NoQuorum`) is answered at
+    /// its submission, so its task runs (the shard's tasks run in the order woken) before any
+    /// later proposal can have committed, and the stand-by it causes rolls those back as well
+    /// (a roll-back outweighs a later durable mark).
     fn settle_proposal(
         &self,
         node: &Handle,
