@@ -200,17 +200,6 @@ impl Handle {
         self.rt.spawn(f).await.map_err(|_| Stopped)
     }
 
-    /// Proposes `entry` as the leader in `leader` (the shard evaluated it as that leader), and
-    /// waits until it is committed and applied: its log id.
-    pub async fn write(&self, entry: ShardEntry, leader: LeaderId) -> Result<LogId, WriteError> {
-        let raft = self.raft.clone();
-        let done = self.on_node(async move {
-            let committed = submit(&raft, entry, leader).await?;
-            outcome(committed.await)
-        });
-        done.await.unwrap_or(Err(WriteError::Unknown))
-    }
-
     /// A proposer for one shard: several of its proposals may be in flight at once, and they
     /// reach the log in the order made (a later entry's records build on an earlier one's).
     pub fn proposer(&self) -> Proposer {

@@ -149,13 +149,13 @@ impl Cluster {
     /// Writes `entries` through node `leader`, each committed before the next; a leader that
     /// no follower answered yet (just elected) is retried, as a client retries `-TRYAGAIN`.
     fn write(&self, leader: u64, lid: LeaderId, entries: Vec<ShardEntry>) -> u64 {
-        let handle = self.node(leader).handle().clone();
+        let proposer = self.node(leader).handle().proposer();
         block_on(async move {
             let mut last = 0;
             let start = Instant::now();
             for e in entries {
                 loop {
-                    match handle.write(e.clone(), lid).await {
+                    match proposer.write(e.clone(), lid).await {
                         Ok(id) => {
                             last = id.index;
                             break;
@@ -276,7 +276,7 @@ fn three_nodes_elect_replicate_fail_over_and_a_restarted_node_catches_up() {
         (
             lh.ensure_linearizable().await,
             fh.ensure_linearizable().await,
-            fh.write(namespaces("x", 1).remove(0), lid).await,
+            fh.proposer().write(namespaces("x", 1).remove(0), lid).await,
         )
     });
     assert_eq!(on_leader, Ok(()));
@@ -293,7 +293,12 @@ fn three_nodes_elect_replicate_fail_over_and_a_restarted_node_catches_up() {
     assert!(new_lid.term > lid.term);
     // A write naming the old leadership is refused, not applied.
     let stale = c.node(new_leader).handle().clone();
-    let refused = block_on(async move { stale.write(namespaces("stale", 1).remove(0), lid).await });
+    let refused = block_on(async move {
+        stale
+            .proposer()
+            .write(namespaces("stale", 1).remove(0), lid)
+            .await
+    });
     assert_eq!(refused, Err(WriteError::NotLeader(Some(new_leader))));
     let last = c.write(new_leader, new_lid, namespaces("after", 20));
 
@@ -490,8 +495,9 @@ fn a_leader_cut_off_from_its_followers_takes_no_writes() {
     std::thread::sleep(Duration::from_secs(3));
     let h = c.node(leader).handle().clone();
     let (refused, read) = block_on(async move {
-        let write = h.write(namespaces("b", 1).remove(0), lid);
-        let refused = tokio::time::timeout(WAIT, write).await;
+        let proposer = h.proposer();
+        let refused =
+            tokio::time::timeout(WAIT, proposer.write(namespaces("b", 1).remove(0), lid)).await;
         let read = tokio::time::timeout(Duration::from_secs(5), h.ensure_linearizable()).await;
         (refused, read)
     });

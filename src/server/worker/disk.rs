@@ -337,7 +337,7 @@ impl ShardCtx {
     pub fn final_flush(&self) {
         self.settle();
         // In cluster mode the log is the cluster's: what was not committed is not saved.
-        if !self.writing() || self.global.cluster().is_some() {
+        if !self.writing() || self.clustered() {
             return;
         }
         let mut store = self.store.borrow_mut();
