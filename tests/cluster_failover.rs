@@ -100,8 +100,7 @@ fn a_new_leader_serves_every_acknowledged_change_and_tokens_keep_rising() {
     assert!(token > short_token, "{token} > {short_token}");
 
     // The old leader comes back, catches up as a follower, and sends clients to the leader.
-    let id = members[first].id;
-    let back = args(id, members[first].cluster_port);
+    let back = members[first].args.clone();
     let back: Vec<&str> = back.iter().map(String::as_str).collect();
     members[first].server.restart_with(&back);
     assert_eq!(wait_for_leader(&members, &[0, 1, 2]), second);

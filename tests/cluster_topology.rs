@@ -92,8 +92,7 @@ fn three_nodes_agree_on_one_leader_and_follow_a_new_one_after_it_dies() {
 
     // The old leader comes back with its usual options only (no --cluster-init: membership
     // lives in its log) and follows the new leader.
-    let id = members[first].id;
-    let back = args(id, members[first].cluster_port);
+    let back = members[first].args.clone();
     let back: Vec<&str> = back.iter().map(String::as_str).collect();
     members[first].server.restart_with(&back);
     assert_eq!(wait_for_leader(&members, &all), second);

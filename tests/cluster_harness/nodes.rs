@@ -10,7 +10,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use super::proxy::Proxy;
-use crate::common::{free_port, RawConn, Resp, Server};
+use crate::common::cluster::start_cluster;
+use crate::common::{free_ports, RawConn, Resp, Server};
 
 pub struct Nodes {
     nodes: Vec<Server>,
@@ -67,6 +68,7 @@ impl Nodes {
         let mut last_err = String::new();
         for _ in 0..3 {
             let ports = free_ports(2 * count);
+            let pairs: Vec<(u16, u16)> = (0..count).map(|i| (ports[i], ports[count + i])).collect();
             let peer_ips: Vec<IpAddr> = match proxied {
                 true => (0..count)
                     .map(|i| [127, 0, 0, i as u8 + 2].into())
@@ -75,43 +77,19 @@ impl Nodes {
             };
             let peers: Vec<Proxy> = peer_ips
                 .iter()
-                .enumerate()
-                .map(|(i, &ip)| {
-                    let port = ports[count + i];
-                    Proxy::start_on(port, SocketAddr::new(ip, port))
-                })
+                .zip(&pairs)
+                .map(|(&ip, &(_, cport))| Proxy::start_on(cport, SocketAddr::new(ip, cport)))
                 .collect();
-            let init: Vec<String> = (0..count)
-                .map(|i| format!("{}=127.0.0.1:{}@{}", i + 1, ports[i], ports[count + i]))
-                .collect();
-            let own: Vec<Vec<String>> = (0..count)
-                .map(|i| {
-                    let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-                    a.extend([
-                        "--cluster-node-id".into(),
-                        (i + 1).to_string(),
-                        "--cluster-port".into(),
-                        ports[count + i].to_string(),
-                    ]);
-                    if let Some(ip) = peer_ips.get(i) {
-                        a.extend(["--cluster-bind".into(), ip.to_string()]);
-                    }
-                    a
-                })
-                .collect();
-            let start = |i: usize| {
-                let mut a = own[i].clone();
-                if i == 0 {
-                    a.extend(["--cluster-init".into(), init.join(",")]);
+            let extra = |i: usize| {
+                let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+                if let Some(ip) = peer_ips.get(i) {
+                    a.extend(["--cluster-bind".into(), ip.to_string()]);
                 }
-                let a: Vec<&str> = a.iter().map(String::as_str).collect();
-                Server::start_at(ports[i], &a)
+                a
             };
-            // The first node waits for the others to answer before it forms the cluster.
-            let started: Result<Vec<Server>, String> = (1..count).chain([0]).map(start).collect();
-            match started {
-                Ok(mut nodes) => {
-                    nodes.rotate_right(1);
+            match start_cluster(&pairs, extra) {
+                Ok(members) => {
+                    let (nodes, own) = members.into_iter().map(|m| (m.server, m.args)).unzip();
                     let nodes = Nodes {
                         nodes,
                         cluster_args: Some(own),
@@ -232,16 +210,4 @@ impl Nodes {
         let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
         assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
     }
-}
-
-/// `count` distinct ports that were free a moment ago.
-fn free_ports(count: usize) -> Vec<u16> {
-    let mut ports: Vec<u16> = Vec::with_capacity(count);
-    while ports.len() < count {
-        let p = free_port();
-        if !ports.contains(&p) {
-            ports.push(p);
-        }
-    }
-    ports
 }

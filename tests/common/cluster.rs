@@ -1,4 +1,4 @@
-//! Cluster mode's helpers: three permitd processes on 127.0.0.1 forming a cluster with
+//! Cluster mode's helpers: permitd processes on 127.0.0.1 forming a cluster with
 //! `--cluster-init`, and waiting until every live one names the same leader.
 
 use std::time::Duration;
@@ -14,25 +14,19 @@ pub struct Member {
     pub id: u64,
     pub cluster_port: u16,
     pub server: Server,
+    /// Its options without `--cluster-init`: what it restarts with (membership lives in its
+    /// log).
+    pub args: Vec<String>,
 }
 
-pub fn args(id: u64, cluster_port: u16) -> Vec<String> {
-    vec![
-        "--cluster-node-id".into(),
-        id.to_string(),
-        "--cluster-port".into(),
-        cluster_port.to_string(),
-    ]
-}
-
-/// Starts nodes 2 and 3, which wait to be contacted, then node 1 with `--cluster-init`.
-pub fn three_nodes() -> Vec<Member> {
-    three_nodes_with(&[])
-}
-
-/// [`three_nodes`] with `extra` options on every node.
-pub fn three_nodes_with(extra: &[&str]) -> Vec<Member> {
-    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+/// Starts a cluster: node `i` (id `i + 1`) on client port `ports[i].0` and cluster port
+/// `ports[i].1`, with `extra(i)` besides its id and cluster port. Nodes 2 and up start first
+/// and wait to be contacted; node 1 then forms the cluster with `--cluster-init` naming all.
+/// The error is the first node's that did not start (with its log).
+pub fn start_cluster(
+    ports: &[(u16, u16)],
+    extra: impl Fn(usize) -> Vec<String>,
+) -> Result<Vec<Member>, String> {
     let init = ports
         .iter()
         .enumerate()
@@ -40,24 +34,44 @@ pub fn three_nodes_with(extra: &[&str]) -> Vec<Member> {
         .collect::<Vec<_>>()
         .join(",");
     let mut members = Vec::new();
-    for i in [1, 2, 0] {
+    for i in (1..ports.len()).chain([0]) {
         let id = i as u64 + 1;
         let (port, cport) = ports[i];
-        let mut a = args(id, cport);
-        a.extend(extra.iter().map(|s| s.to_string()));
+        let mut own = vec![
+            "--cluster-node-id".to_string(),
+            id.to_string(),
+            "--cluster-port".into(),
+            cport.to_string(),
+        ];
+        own.extend(extra(i));
+        let mut a = own.clone();
         if id == 1 {
             a.extend(["--cluster-init".to_string(), init.clone()]);
         }
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        let server = Server::start_at(port, &a).unwrap_or_else(|e| panic!("node {id}: {e}"));
+        let server = Server::start_at(port, &a).map_err(|e| format!("node {id}: {e}"))?;
         members.push(Member {
             id,
             cluster_port: cport,
             server,
+            args: own,
         });
     }
     members.sort_by_key(|m| m.id);
-    members
+    Ok(members)
+}
+
+/// Starts a cluster of three nodes ([`start_cluster`]).
+pub fn three_nodes() -> Vec<Member> {
+    three_nodes_with(&[])
+}
+
+/// [`three_nodes`] with `extra` options on every node.
+pub fn three_nodes_with(extra: &[&str]) -> Vec<Member> {
+    let ports = free_ports(6);
+    let pairs: Vec<(u16, u16)> = (0..3).map(|i| (ports[i], ports[3 + i])).collect();
+    start_cluster(&pairs, |_| extra.iter().map(|s| s.to_string()).collect())
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The client port of the master `CLUSTER SLOTS` names on `server`, if it names one.

@@ -370,6 +370,18 @@ impl Drop for Server {
     }
 }
 
+/// `count` distinct ports that were free a moment ago.
+pub fn free_ports(count: usize) -> Vec<u16> {
+    let mut ports: Vec<u16> = Vec::with_capacity(count);
+    while ports.len() < count {
+        let p = free_port();
+        if !ports.contains(&p) {
+            ports.push(p);
+        }
+    }
+    ports
+}
+
 /// A port that was free a moment ago on 127.0.0.1.
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
