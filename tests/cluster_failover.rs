@@ -152,28 +152,36 @@ fn a_node_whose_clock_runs_ahead_refuses_to_lead() {
     let first = wait_for_leader(&members, &[0, 1, 2]);
     let leader = &members[first].server;
     ok(leader, &["NS.CREATE", "app"]);
-    let holder = lease(leader, "holder", "5");
+    let holder = lease(leader, "holder", "8");
     // Entries the followers apply live (a restart's replay says nothing of the clocks: the
     // first seconds after a node opens are not taken as evidence).
     std::thread::sleep(Duration::from_millis(2500));
     for _ in 0..5 {
-        ok(leader, &["LEASE.REFRESH", "app", &holder, "5"]);
+        ok(leader, &["LEASE.REFRESH", "app", &holder, "8"]);
     }
-    // The follower SHUTDOWN hands over to (both up to date: the lower id) runs 10 s ahead.
+    // One follower runs 10 s ahead; the other is frozen while the leader makes one more
+    // change, so that it lags and SHUTDOWN hands over to the fast one (to an up-to-date
+    // follower), which must refuse to lead.
     let followers = others(first);
     let (fast, slow) = (followers[0], followers[1]);
     ok(&members[fast].server, &["DEBUG", "CLOCK-STEP", "10"]);
+    members[slow].server.signal(libc::SIGSTOP);
+    ok(
+        &members[first].server,
+        &["LEASE.REFRESH", "app", &holder, "8"],
+    );
     let _ = call(&mut members[first].server.conn(), &["SHUTDOWN", "NOSAVE"]);
     members[first].server.wait_exit(SETTLE);
-    // It refuses to lead and hands over: the other one serves, and the 5 s lease, which the
-    // fast clock would have expired at once, is alive.
     let refused = wait_until(SETTLE, || {
         members[fast]
             .server
             .log_contents()
             .contains("refuses to lead")
     });
+    members[slow].server.signal(libc::SIGCONT);
     assert!(refused, "{}", members[fast].server.log_tail(30));
+    // It hands over: the other one serves, and the 8 s lease, which the fast clock would have
+    // expired at once, is alive.
     let live = others(first);
     let handed = wait_until(SETTLE, || agreed_leader(&members, &live) == Some(slow));
     assert!(handed, "{}", members[fast].server.log_tail(30));

@@ -196,18 +196,11 @@ impl Nodes {
 
     /// Freezes node `i` (SIGSTOP): its sockets stay open and nothing answers.
     pub fn pause(&self, i: usize) {
-        self.signal(i, libc::SIGSTOP);
+        self.nodes[i].signal(libc::SIGSTOP);
     }
 
     /// Thaws node `i` (SIGCONT).
     pub fn resume(&self, i: usize) {
-        self.signal(i, libc::SIGCONT);
-    }
-
-    fn signal(&self, i: usize, sig: libc::c_int) {
-        let pid = self.nodes[i].pid().expect("node is not running");
-        // SAFETY: kill(2) with a pid this harness spawned and still owns (not reaped).
-        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
-        assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+        self.nodes[i].signal(libc::SIGCONT);
     }
 }

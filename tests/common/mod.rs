@@ -114,6 +114,15 @@ impl Server {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// Sends the running server signal `sig` (SIGSTOP freezes it: its sockets stay open and
+    /// nothing answers; SIGCONT thaws it).
+    pub fn signal(&self, sig: libc::c_int) {
+        let pid = self.pid().expect("the server is not running");
+        // SAFETY: kill(2) with a pid this process spawned and still owns (not reaped).
+        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+    }
+
     /// Whether the server process is still alive (not exited, not killed).
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {
