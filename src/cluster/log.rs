@@ -1,16 +1,24 @@
 //! The Raft log on our own files (replication.md §4.10): entries in append-only segments of
-//! `persist::log`'s frames, and a `meta` file with the vote, the committed id and the purged id.
+//! `persist::log`'s frames, a `meta` file with the vote and the purged id, and a `committed`
+//! file with the committed id.
 //!
-//! In the log's folder: `meta` (one frame, replaced atomically and fsynced) and
+//! In the log's folder: `meta` (one frame, replaced atomically and fsynced), `committed` (one
+//! frame padded to [`COMMITTED_BYTES`], overwritten in place and fdatasync'd) and
 //! `log-<first index>.seg` (frames, one entry each, consecutive indexes). An append is written
 //! and fdatasync'd on the writer thread before its `IOFlushed` fires; the vote, truncations and
-//! purges are on disk before their calls return. The committed id is written in its turn on the
-//! writer but not waited for: openraft applies a commit only once it was saved, and the leader's
-//! apply waited 2.7-3.3 ms for the meta's two fsyncs after the quorum had answered (measured on
-//! this 2-core box, hand-off p50 5.6 ms before, 3.6 ms after). An older
-//! committed id is always a true one, which openraft then advances again (a crash may lose the
-//! last few, as openraft allows). A meta write queued but not yet run writes the newest meta,
-//! so one write serves every commit made meanwhile. At open, a torn frame
+//! purges are on disk before their calls return.
+//!
+//! The committed id is written in its turn on the writer but not waited for. openraft applies
+//! a commit only once it was saved: with the meta's fsync, rename and folder fsync awaited, the
+//! leader's apply started 2.7-3.3 ms after the quorum had answered (measured on this 2-core
+//! box; hand-off p50 5.6 ms before, 3.6 ms after), and the writer spent about 1 ms per commit
+//! on it, against 0.25 ms to overwrite a block in place. An older committed id is always a true
+//! one, which openraft then advances again, so a crash that loses the last write, or tears it
+//! (the file then reads as no committed id), only makes the restart apply less at first. A
+//! write queued but not yet run writes the newest id, so one write serves every commit made
+//! meanwhile.
+//!
+//! At open, a torn frame
 //! ends the log (nothing after it was acknowledged: callbacks fire only after the sync of every
 //! earlier write); any other bad frame, or a gap between indexes, refuses to open, as a shard
 //! log's corruption stops the start.
@@ -23,6 +31,7 @@ use std::fmt::Debug;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::ops::RangeBounds;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -39,11 +48,14 @@ use crate::persist::{sync_dir, truncate_log, write_file_synced};
 /// A segment grows past this many bytes before the next append starts a new one.
 pub const SEGMENT_BYTES: u64 = 64 << 20;
 
+/// The size of the `committed` file: its frame (at most 40 bytes) and zeros, so that each
+/// write overwrites the same bytes and leaves none of a longer one behind.
+const COMMITTED_BYTES: usize = 64;
+
 /// What the `meta` file holds.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Meta {
     vote: Option<Vote>,
-    committed: Option<LogId>,
     purged: Option<LogId>,
 }
 
@@ -53,7 +65,6 @@ impl Meta {
         frame_with(&mut out, |out| {
             let mut e = Enc(out);
             codec::opt_vote(&mut e, self.vote.as_ref());
-            codec::opt_log_id(&mut e, self.committed.as_ref());
             codec::opt_log_id(&mut e, self.purged.as_ref());
         });
         out.freeze()
@@ -62,10 +73,31 @@ impl Meta {
     fn decode(d: &mut Dec) -> Result<Meta, DecodeError> {
         Ok(Meta {
             vote: codec::dec_opt_vote(d)?,
-            committed: codec::dec_opt_log_id(d)?,
             purged: codec::dec_opt_log_id(d)?,
         })
     }
+}
+
+/// The `committed` file's contents for `id`.
+fn encode_committed(id: Option<&LogId>) -> Bytes {
+    let mut out = BytesMut::new();
+    frame_with(&mut out, |out| codec::opt_log_id(&mut Enc(out), id));
+    debug_assert!(out.len() <= COMMITTED_BYTES, "a committed id fits its file");
+    out.resize(COMMITTED_BYTES, 0);
+    out.freeze()
+}
+
+/// The committed id the `committed` file holds: none when it is missing, empty or torn.
+fn read_committed(path: &Path) -> Result<Option<LogId>, String> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    Ok(scan_with(Bytes::from(bytes), false, codec::dec_opt_log_id)
+        .ok()
+        .and_then(|s| s.records.into_iter().next())
+        .flatten())
 }
 
 /// One segment file: its first index and where each of its entries' frames ends.
@@ -104,8 +136,7 @@ struct Log {
     dir: PathBuf,
     segment_bytes: u64,
     meta: Meta,
-    /// The newest meta not yet written, while a write of it is queued on the writer.
-    unwritten: Arc<Mutex<Option<Bytes>>>,
+    committed: Option<LogId>,
     segments: Vec<Segment>,
     entries: BTreeMap<u64, Entry>,
 }
@@ -118,20 +149,11 @@ impl Log {
         }
     }
 
-    /// Queues the write of the meta file as it is now, unless a write queued earlier and not
-    /// yet run will write it; the op to wait for until it is on disk.
+    /// The write of the meta file as it is now.
     fn save_meta(&self) -> Op {
+        let path = self.dir.join("meta");
         let bytes = self.meta.encode();
-        let queued = lock(&self.unwritten).replace(bytes).is_some();
-        if queued {
-            // Runs after the queued write, which takes the newest meta when it runs.
-            return Box::new(|| Ok(()));
-        }
-        let (path, unwritten) = (self.dir.join("meta"), self.unwritten.clone());
-        Box::new(move || match lock(&unwritten).take() {
-            Some(bytes) => write_file_synced(&path, &bytes),
-            None => Ok(()),
-        })
+        Box::new(move || write_file_synced(&path, &bytes))
     }
 }
 
@@ -151,6 +173,10 @@ type Barrier = tokio::sync::oneshot::Receiver<io::Result<()>>;
 struct Shared {
     log: Mutex<Log>,
     writer: Writer,
+    /// The `committed` file.
+    committed: Arc<File>,
+    /// The newest `committed` contents not yet written, while a write of them is queued.
+    unwritten: Arc<Mutex<Option<Bytes>>>,
 }
 
 /// The Raft log storage; clones share it (a clone is also its reader).
@@ -166,6 +192,14 @@ impl LogStore {
         let at = |p: &Path, e: io::Error| format!("{}: {e}", p.display());
         fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
         let meta = read_meta(&dir.join("meta"))?;
+        let committed_path = dir.join("committed");
+        let committed = read_committed(&committed_path)?;
+        let committed_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&committed_path)
+            .map_err(|e| at(&committed_path, e))?;
         let mut firsts = Vec::new();
         for item in fs::read_dir(dir).map_err(|e| at(dir, e))? {
             let item = item.map_err(|e| at(dir, e))?;
@@ -178,7 +212,7 @@ impl LogStore {
             dir: dir.to_path_buf(),
             segment_bytes,
             meta,
-            unwritten: Arc::default(),
+            committed,
             segments: Vec::new(),
             entries: BTreeMap::new(),
         };
@@ -198,6 +232,8 @@ impl LogStore {
             shared: Arc::new(Shared {
                 log: Mutex::new(log),
                 writer,
+                committed: Arc::new(committed_file),
+                unwritten: Arc::default(),
             }),
         })
     }
@@ -302,7 +338,7 @@ fn read_meta(path: &Path) -> Result<Meta, String> {
             Ok(s.records.into_iter().next().expect("one record"))
         }
         _ => Err(format!(
-            "{}: corrupt Raft meta file (vote, committed and purged ids)",
+            "{}: corrupt Raft meta file (vote and purged id)",
             path.display()
         )),
     }
@@ -406,15 +442,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        // Under the log's lock, so that the newest id is the one left to write.
         let mut log = self.log();
-        log.meta.committed = committed;
-        // Not waited for (see the module's comment); a failed write fails every later one.
-        drop(self.shared.writer.run(log.save_meta()));
+        log.committed = committed;
+        let bytes = encode_committed(committed.as_ref());
+        if lock(&self.shared.unwritten).replace(bytes).is_none() {
+            let (file, unwritten) = (self.shared.committed.clone(), self.shared.unwritten.clone());
+            let write: Op = Box::new(move || match lock(&unwritten).take() {
+                Some(bytes) => file.write_all_at(&bytes, 0).and_then(|()| file.sync_data()),
+                None => Ok(()),
+            });
+            // Not waited for (the module's comment says why); a failed write fails every
+            // later one, as any failed write of the log does.
+            drop(self.shared.writer.run(write));
+        }
         Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
-        Ok(self.log().meta.committed)
+        Ok(self.log().committed)
     }
 
     async fn append<I>(&mut self, entries: I, done: IOFlushed<TypeConfig>) -> Result<(), io::Error>

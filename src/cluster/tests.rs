@@ -135,7 +135,8 @@ fn a_restart_keeps_the_vote_the_committed_id_and_the_entries() {
             log.save_vote(&vote).await.unwrap();
             log.save_committed(Some(ents[6].log_id)).await.unwrap();
             log.purge(ents[1].log_id).await.unwrap();
-            // Dropped as a kill would leave it: only what the calls made durable.
+            // Dropped: what the calls made durable, and the committed id, written before the
+            // writer thread ends.
         }
         assert!(segments(&dir.0).len() > 2, "{:?}", segments(&dir.0));
         let mut log = LogStore::open(&dir.0, 200).unwrap();
@@ -145,6 +146,43 @@ fn a_restart_keeps_the_vote_the_committed_id_and_the_entries() {
         assert_eq!(state.last_purged_log_id, Some(ents[1].log_id));
         assert_eq!(state.last_log_id, Some(ents.last().unwrap().log_id));
         assert_eq!(all(&mut log).await, ents[2..].to_vec());
+    });
+}
+
+#[test]
+fn the_committed_id_is_the_newest_written_and_a_torn_one_reads_as_none() {
+    TypeConfig::run(async {
+        let dir = TempDir::new("committed");
+        let ents = entries(&journal().1, 0, 1, 0);
+        let vote = Vote::new_committed(1, 1);
+        let reopen = || LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
+        {
+            let mut log = reopen();
+            log.blocking_append(ents.clone()).await.unwrap();
+            log.save_vote(&vote).await.unwrap();
+            // Many commits at once: the writes left queued write the newest.
+            for e in &ents {
+                log.save_committed(Some(e.log_id)).await.unwrap();
+            }
+        }
+        let last = ents.last().unwrap().log_id;
+        assert_eq!(reopen().read_committed().await.unwrap(), Some(last));
+        // A write a crash tore: no committed id (openraft finds it again), the rest is intact.
+        let path = dir.0.join("committed");
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[6] ^= 0x10;
+        fs::write(&path, &bytes).unwrap();
+        let mut log = reopen();
+        assert_eq!(log.read_committed().await.unwrap(), None);
+        assert_eq!(log.read_vote().await.unwrap(), Some(vote));
+        assert_eq!(all(&mut log).await, ents);
+        // And the next write replaces it whole.
+        log.save_committed(Some(ents[0].log_id)).await.unwrap();
+        drop(log);
+        assert_eq!(
+            reopen().read_committed().await.unwrap(),
+            Some(ents[0].log_id)
+        );
     });
 }
 
