@@ -80,6 +80,7 @@ impl Cluster {
                 listen: members[&id].raft_addr.parse().unwrap(),
                 secret: Secret::new("test secret"),
                 init: (id == 1).then(|| members.clone()),
+                announce: None,
                 timing: timing.clone(),
             })
             .collect();
@@ -425,6 +426,7 @@ fn cluster_init_refuses_when_a_peer_already_belongs_to_a_cluster() {
             )]
             .into(),
         ),
+        announce: None,
         timing: Timing::default(),
     };
     // A cluster of one: it leads at once.
