@@ -201,8 +201,10 @@ impl Shape {
 }
 
 /// Keeps `global`'s topology the cluster as `node` sees it (leader, term, members), until the
-/// node stops. `port` and `tls_port` are this node's client ports.
+/// node stops. `port` and `tls_port` are this node's client ports; with `--cluster-announce`
+/// it shows itself at that address, as the others do.
 pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port: Option<u16>) {
+    let announced = global.config.cluster_announce.as_deref();
     let mut status = node.status();
     let me = status.borrow().id;
     let mut shown: Option<Shape> = None;
@@ -212,7 +214,7 @@ pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port:
         if shown.as_ref() != Some(&shape) {
             last_leader = shape.leader.or(last_leader);
             global.set_topology(Topology::clustered(
-                me,
+                (me, announced),
                 port,
                 tls_port,
                 &shape.members,
