@@ -29,7 +29,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     VoteRequest, VoteResponse,
 };
-use openraft::{ChangeMembers, OptionalSend};
+use openraft::{ChangeMembers, OptionalSend, ServerState};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use super::auth::{accept, dial, Secret};
@@ -576,13 +576,18 @@ async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
 /// On the leader, makes voter `id`'s client address in the membership `client_addr`: a
 /// membership entry that changes that node's `Peer` only (its cluster address stays, the
 /// voters stay), committed before this returns. Nothing is written when the membership says
-/// so already. Refused for a node that is not a voter (openraft would add it as a learner), and
-/// by openraft on a node that does not lead, while another membership change is uncommitted,
+/// so already. Refused on a node that does not lead, for a node that is not a voter (openraft
+/// would add it as a learner), and by openraft while another membership change is uncommitted
 /// or before the leader committed an entry of its term: the asker retries.
 pub async fn set_client_addr(raft: &Raft, id: u64, client_addr: String) -> Result<(), String> {
     let current = {
         let metrics = raft.metrics();
         let m = metrics.borrow_watched();
+        // openraft would refuse too, but log it as an error: a node asks whoever its view
+        // names the leader, which may be a node that just restarted and does not lead yet.
+        if m.state != ServerState::Leader {
+            return Err(format!("node {} does not lead", m.id));
+        }
         let membership = m.membership_config.membership();
         let voter = membership.voter_ids().any(|v| v == id);
         voter.then(|| membership.get_node(&id).cloned()).flatten()

@@ -645,5 +645,5 @@ async fn ask_to_announce(
         .client(leader.id, &at)
         .announce(s.id, addr, ANNOUNCE_WAIT)
         .await
-        .map_err(|e| format!("the leader, node {} at {}: {e}", leader.id, at.raft_addr))
+        .map_err(|e| format!("asking the leader, node {}: {e}", leader.id))
 }
