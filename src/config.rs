@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use crate::cluster::config::default_cluster_port;
+use crate::cluster::config::{default_cluster_port, split_host_port};
 use crate::engine::types::Limits;
 use crate::persist::Fsync;
 use crate::protocol::RequestLimits;
@@ -243,6 +243,12 @@ pub struct Config {
     #[arg(long, env = "PERMITD_CLUSTER_PORT")]
     pub cluster_port: Option<u16>,
 
+    /// Cluster mode: the client address (`host:port`) the other nodes send clients to, in
+    /// `MOVED` and `CLUSTER SLOTS`, when it is not the one `--cluster-init` named (a node behind
+    /// NAT or a port mapping). The node has the leader record it in the membership.
+    #[arg(long, env = "PERMITD_CLUSTER_ANNOUNCE", value_parser = host_port)]
+    pub cluster_announce: Option<String>,
+
     /// Cluster mode: the IP address the cluster port listens on and peers are dialed from
     /// (default `--bind`): a separate network for peer traffic.
     #[arg(long, env = "PERMITD_CLUSTER_BIND")]
@@ -346,6 +352,13 @@ fn memory_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{s}' is too large"))
 }
 
+/// Checks a `host:port` address (an IPv6 host in brackets).
+fn host_port(s: &str) -> Result<String, String> {
+    split_host_port(s)
+        .map(|_| s.to_string())
+        .map_err(|why| format!("'{s}': {why} (want host:port)"))
+}
+
 /// Parses Redis's `yes` / `no` (also true/false).
 fn yes_no(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -440,6 +453,10 @@ impl Config {
                     .and(self.cluster_listen_port())
                     .unwrap_or(0)
                     .to_string(),
+            ),
+            (
+                "cluster-announce",
+                self.cluster_announce.clone().unwrap_or_default(),
             ),
             (
                 "cluster-bind",

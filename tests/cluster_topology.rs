@@ -2,12 +2,20 @@
 //! a cluster with `--cluster-init`, elect a leader, and every node's `ROLE` and `CLUSTER SLOTS`
 //! name the same leader; after the leader is killed the survivors name a new one, a restarted
 //! node follows it with its usual options only, and `SHUTDOWN` on the leader hands leadership
-//! over. Bounds are generous (elections start 0.9-1.2 s after a leader dies; a loaded 2-core box is slower).
+//! over; a node behind a port mapping is announced everywhere at its `--cluster-announce`
+//! address. Bounds are generous (elections start 0.9-1.2 s after a leader dies; a loaded 2-core
+//! box is slower).
 
+mod cluster_harness;
 mod common;
 
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use cluster_harness::proxy::Proxy;
 use common::cluster::*;
 use common::*;
+use redis::Value;
 
 #[test]
 fn three_nodes_agree_on_one_leader_and_follow_a_new_one_after_it_dies() {
@@ -129,4 +137,144 @@ fn a_single_node_has_no_raft_section_and_refuses_cluster_options_without_a_node_
         log.contains("--cluster-init needs --cluster-node-id"),
         "{log}"
     );
+}
+
+/// The nodes `CLUSTER SLOTS` names on `server` (master first), each as `(ip:port, id)`.
+fn slots_nodes(server: &Server) -> Vec<(String, String)> {
+    let Ok(mut con) = server.client().get_connection() else {
+        return Vec::new();
+    };
+    let Ok(Value::Array(ranges)) = call(&mut con, &["CLUSTER", "SLOTS"]) else {
+        return Vec::new();
+    };
+    let Some(Value::Array(range)) = ranges.first() else {
+        return Vec::new();
+    };
+    range[2..]
+        .iter()
+        .map(|n| {
+            let f = items(n);
+            (format!("{}:{}", text(&f[0]), int(&f[1])), text(&f[2]))
+        })
+        .collect()
+}
+
+/// `CLUSTER NODES` on `server`, or nothing while it does not answer.
+fn cluster_nodes(server: &Server) -> String {
+    server
+        .client()
+        .get_connection()
+        .ok()
+        .and_then(|mut con| call(&mut con, &["CLUSTER", "NODES"]).ok())
+        .map(|v| text(&v))
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_node_behind_a_port_mapping_is_announced_at_its_cluster_announce_address() {
+    let started = Instant::now();
+    let ports = free_ports(6);
+    let pairs: Vec<(u16, u16)> = (0..3).map(|i| (ports[i], ports[3 + i])).collect();
+    // Node 2 is reached by its clients through a port mapping (the proxy) only.
+    let proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], pairs[1].0)));
+    let announced = proxy.addr().to_string();
+    let mut members = start_cluster(&pairs, |i| match i {
+        1 => vec!["--cluster-announce".into(), announced.clone()],
+        _ => Vec::new(),
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let all = [0, 1, 2];
+    let addr_of = |i: usize| match i {
+        1 => announced.clone(),
+        _ => format!("127.0.0.1:{}", pairs[i].0),
+    };
+    let mut con = members[1].server.conn();
+    let id2 = text(&call(&mut con, &["CLUSTER", "MYID"]).unwrap());
+    let config = call(&mut con, &["CONFIG", "GET", "cluster-announce"]).unwrap();
+    assert_eq!(strings(&config), ["cluster-announce", announced.as_str()]);
+
+    // Every node, node 2 included, lists node 2 at the announced address in CLUSTER SLOTS and
+    // CLUSTER NODES, within a generous bound.
+    let line = format!("{id2} {announced}@0 ");
+    let everywhere = |members: &[Member], live: &[usize]| {
+        live.iter().all(|&i| {
+            let s = &members[i].server;
+            slots_nodes(s).contains(&(announced.clone(), id2.clone()))
+                && cluster_nodes(s).lines().any(|l| l.starts_with(&line))
+        })
+    };
+    let shown = wait_until(Duration::from_secs(15), || everywhere(&members, &all));
+    assert!(
+        shown,
+        "node 2 at {announced}: {:?}\n{}",
+        all.map(|i| slots_nodes(&members[i].server)),
+        cluster_nodes(&members[0].server)
+    );
+    eprintln!("announced everywhere after {:?}", started.elapsed());
+
+    // The leader every live node names, at the address it is announced at.
+    let leader_of = |members: &[Member], live: &[usize]| -> Option<usize> {
+        let masters: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&i| role(&members[i].server) == "master")
+            .collect();
+        let [l] = masters[..] else { return None };
+        live.iter()
+            .all(|&i| slots_nodes(&members[i].server).first().map(|n| &n.0) == Some(&addr_of(l)))
+            .then_some(l)
+    };
+    let wait_leader = |members: &[Member], live: &[usize]| -> usize {
+        let mut found = None;
+        let agreed = wait_until(SETTLE, || {
+            found = leader_of(members, live);
+            found.is_some()
+        });
+        assert!(agreed, "no leader all of {live:?} agree on");
+        found.unwrap()
+    };
+
+    // Node 2 becomes the leader: SHUTDOWN on the leader hands over to an up-to-date follower
+    // (the lowest id among equals), and the stopped node comes back as a follower.
+    let mut moved = false;
+    for _ in 0..4 {
+        let leader = wait_leader(&members, &all);
+        if leader == 1 && moved {
+            break;
+        }
+        eprintln!("node {} leads: SHUTDOWN", leader + 1);
+        let _ = call(&mut members[leader].server.conn(), &["SHUTDOWN", "NOSAVE"]);
+        let exited = members[leader].server.wait_exit(SETTLE);
+        assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+        let live: Vec<usize> = all.iter().copied().filter(|&i| i != leader).collect();
+        wait_leader(&members, &live);
+        let back = members[leader].args.clone();
+        let back: Vec<&str> = back.iter().map(String::as_str).collect();
+        members[leader].server.restart_with(&back);
+        moved = true;
+    }
+    assert_eq!(wait_leader(&members, &all), 1, "node 2 leads");
+    // Still announced everywhere, the restarted node too (the membership is in its log).
+    assert!(everywhere(&members, &all));
+
+    // A follower sends clients to the announced address, and a client following it through
+    // the port mapping is served.
+    for i in [0, 2] {
+        let err = call(&mut members[i].server.conn(), &["NS.CREATE", "team"]).unwrap_err();
+        assert_eq!(err.code(), Some("MOVED"), "{err:?}");
+        let to = err.detail().unwrap().split(' ').nth(1).unwrap().to_string();
+        assert_eq!(to, announced, "{err:?}");
+    }
+    let mut through = connect_url(&format!("redis://{announced}"));
+    let served = wait_until(SETTLE, || {
+        call(&mut through, &["NS.CREATE", "team"]).is_ok()
+    });
+    assert!(served, "{:?}", call(&mut through, &["NS.CREATE", "team"]));
+    ok(&mut through, &["SEM.CREATE", "team", "s", "2"]);
+    let l = lease(&mut through, "team", "p1", 30);
+    let got = ok(&mut through, &["SEM.ACQUIRE", "team", "s", &l, "1", "0"]);
+    assert_eq!(outcome(&got), "ACQUIRE_OUTCOME_ACQUIRED");
+    let elapsed = started.elapsed();
+    eprintln!("done after {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(60), "{elapsed:?}");
 }

@@ -62,6 +62,10 @@ pub struct ClusterConfig {
     pub secret: Secret,
     /// `--cluster-init`: the voters, this node among them; forms the cluster on an empty dir.
     pub init: Option<Members>,
+    /// `--cluster-announce`: the client address this node's membership entry must carry (what
+    /// the other nodes hand out in `MOVED` and `CLUSTER SLOTS`); `None` keeps the one
+    /// `--cluster-init` named.
+    pub announce: Option<String>,
     /// Raft's timing.
     pub timing: Timing,
 }
@@ -110,6 +114,20 @@ pub fn default_cluster_port(client_port: u16) -> Option<u16> {
     client_port.checked_add(10000)
 }
 
+/// Splits `host:port` (an IPv6 host in brackets, the port 1-65535) into its host and port, or
+/// says what is wrong with it.
+pub fn split_host_port(s: &str) -> Result<(&str, u16), &'static str> {
+    let (host, port) = s.rsplit_once(':').ok_or("no port")?;
+    if host.is_empty() {
+        return Err("no host");
+    }
+    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+        return Err("an IPv6 address goes in brackets");
+    }
+    let port = port.parse().ok().filter(|&p| p != 0).ok_or("bad port")?;
+    Ok((host, port))
+}
+
 /// Parses `--cluster-init ID=host:port[@cport],...`: each voter's client address, and its
 /// cluster port (`cport`, by default `port` + 10000) on the same host.
 pub fn parse_init(s: &str) -> Result<Members, String> {
@@ -128,15 +146,7 @@ pub fn parse_init(s: &str) -> Result<Members, String> {
             Some((client, cport)) => (client, Some(cport)),
             None => (addr, None),
         };
-        let (host, port) = client.rsplit_once(':').ok_or_else(|| bad("no port"))?;
-        if host.is_empty() {
-            return Err(bad("no host"));
-        }
-        let port: u16 = port
-            .parse()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| bad("bad port"))?;
+        let (host, port) = split_host_port(client).map_err(bad)?;
         let cport: u16 = match cport {
             Some(c) => c
                 .parse()
@@ -193,6 +203,7 @@ mod tests {
             ("1=:7001", "no host"),
             ("1=h:60000", "past 65535"),
             ("1=h:7001@x", "bad cluster port"),
+            ("1=::1:7001", "in brackets"),
             ("", "no '='"),
         ] {
             let err = parse_init(s).unwrap_err();
@@ -211,6 +222,7 @@ mod tests {
             listen: listen.parse().unwrap(),
             secret: Secret::new(secret),
             init: init.map(|s| parse_init(s).unwrap()),
+            announce: None,
             timing: Timing::default(),
         }
     }

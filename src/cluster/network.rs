@@ -10,7 +10,7 @@
 //! A snapshot travels as its request, then its folder's files in pieces of 1 MiB, then the
 //! answer once the receiver installed it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{
     NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
 };
@@ -28,7 +29,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     VoteRequest, VoteResponse,
 };
-use openraft::OptionalSend;
+use openraft::{ChangeMembers, OptionalSend, ServerState};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use super::auth::{accept, dial, Secret};
@@ -322,22 +323,39 @@ impl PeerClient {
         }
     }
 
-    /// Whether the peer already belongs to a cluster; a refused handshake is
-    /// `PermissionDenied`.
-    pub async fn initialized(&self, ttl: Duration) -> io::Result<bool> {
-        match self
-            .pool
-            .call(&self.local, &Request::Initialized, ttl)
-            .await
-        {
-            Ok(Response::Initialized(b)) => Ok(b),
+    /// The peer's answer to one of this node's own requests (not openraft's): a failure it
+    /// answered is an error with its reason.
+    async fn request(&self, req: &Request, ttl: Duration) -> io::Result<Response> {
+        match self.pool.call(&self.local, req, ttl).await {
             Ok(Response::Failed(why)) => Err(io::Error::other(why)),
-            Ok(other) => Err(wrong_answer(&other)),
+            Ok(answer) => Ok(answer),
             Err(CallError::Unreachable(e) | CallError::Network(e)) => Err(e),
             Err(CallError::Timeout(t)) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("no answer within {t:?}"),
             )),
+        }
+    }
+
+    /// Whether the peer already belongs to a cluster; a refused handshake is
+    /// `PermissionDenied`.
+    pub async fn initialized(&self, ttl: Duration) -> io::Result<bool> {
+        match self.request(&Request::Initialized, ttl).await? {
+            Response::Initialized(b) => Ok(b),
+            other => Err(wrong_answer(&other)),
+        }
+    }
+
+    /// Asks the peer, the leader, to make voter `id`'s client address `client_addr` in the
+    /// membership ([`set_client_addr`]); returns once the membership carries it.
+    pub async fn announce(&self, id: u64, client_addr: &str, ttl: Duration) -> io::Result<()> {
+        let req = Request::Announce {
+            id,
+            client_addr: client_addr.to_string(),
+        };
+        match self.request(&req, ttl).await? {
+            Response::Announced => Ok(()),
+            other => Err(wrong_answer(&other)),
         }
     }
 }
@@ -540,6 +558,11 @@ async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
                 Response::TransferLeader,
             ),
             Request::Initialized => answer(raft.is_initialized().await, Response::Initialized),
+            Request::Announce { id, client_addr } => {
+                answer(set_client_addr(raft, id, client_addr).await, |()| {
+                    Response::Announced
+                })
+            }
             Request::Snapshot { vote, meta } => {
                 let answer = receive_snapshot(&mut conn, served, vote, meta).await?;
                 send(&mut conn, &answer).await?;
@@ -548,6 +571,41 @@ async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
         };
         send(&mut conn, &answer).await?;
     }
+}
+
+/// On the leader, makes voter `id`'s client address in the membership `client_addr`: a
+/// membership entry that changes that node's `Peer` only (its cluster address stays, the
+/// voters stay), committed before this returns. Nothing is written when the membership says
+/// so already. Refused on a node that does not lead, for a node that is not a voter (openraft
+/// would add it as a learner), and by openraft while another membership change is uncommitted
+/// or before the leader committed an entry of its term: the asker retries.
+pub async fn set_client_addr(raft: &Raft, id: u64, client_addr: String) -> Result<(), String> {
+    let current = {
+        let metrics = raft.metrics();
+        let m = metrics.borrow_watched();
+        // openraft would refuse too, but log it as an error: a node asks whoever its view
+        // names the leader, which may be a node that just restarted and does not lead yet.
+        if m.state != ServerState::Leader {
+            return Err(format!("node {} does not lead", m.id));
+        }
+        let membership = m.membership_config.membership();
+        let voter = membership.voter_ids().any(|v| v == id);
+        voter.then(|| membership.get_node(&id).cloned()).flatten()
+    };
+    let Some(peer) = current else {
+        return Err(format!("node {id} is not a voter of this cluster"));
+    };
+    if peer.client_addr == client_addr {
+        return Ok(());
+    }
+    let node = Peer {
+        raft_addr: peer.raft_addr,
+        client_addr,
+    };
+    raft.change_membership(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), true)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// The answer to send for what the local Raft returned: a failure (it stopped) says why.

@@ -27,12 +27,24 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
 use super::log::{LogStore, SEGMENT_BYTES};
-use super::network::{serve, Network, Served};
+use super::network::{serve, set_client_addr, Network, Served};
 use super::state::{Committed, Raft, Stamp, StateMachine};
-use super::{LeaderId, LogId, TypeConfig};
+use super::{LeaderId, LogId, Peer, TypeConfig};
 
 /// How long `--cluster-init` waits for every listed peer to answer (they may start after it).
 const INIT_WAIT: Duration = Duration::from_secs(30);
+
+/// How often a node whose membership entry does not carry its `--cluster-announce` address
+/// asks the leader again.
+const ANNOUNCE_RETRY: Duration = Duration::from_millis(500);
+
+/// How long the leader may take to commit an announced address (a membership entry).
+const ANNOUNCE_WAIT: Duration = Duration::from_secs(5);
+
+/// Failed attempts at announcing before one is logged as a warning (then every this many):
+/// the first ones after a start or an election fail as a matter of course (no leader yet, its
+/// first entry not committed).
+const ANNOUNCE_QUIET: u32 = 6;
 
 /// A node's part in its cluster now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -492,6 +504,10 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
         rt: tokio::runtime::Handle::current(),
         status: publish_status(&raft),
     };
+    if let Some(addr) = cfg.announce.clone() {
+        let network = Network::new(cfg.id, cfg.secret.clone(), cfg.listen.ip());
+        tokio::spawn(announce(raft.clone(), network, handle.status(), addr));
+    }
     Ok((Started { handle, raft_addr }, raft))
 }
 
@@ -546,7 +562,88 @@ async fn initialize(raft: &Raft, cfg: &ClusterConfig, members: &Members) -> Resu
             }
         }
     }
-    raft.initialize(members.clone())
+    // This node's own entry carries its --cluster-announce address from the start.
+    let mut members = members.clone();
+    if let (Some(addr), Some(me)) = (&cfg.announce, members.get_mut(&cfg.id)) {
+        me.client_addr = addr.clone();
+    }
+    raft.initialize(members)
         .await
         .map_err(|e| format!("--cluster-init: {e}"))
+}
+
+/// `--cluster-announce`: for as long as the node runs, whenever its membership entry's client
+/// address is not `addr`, asks the leader to change it (itself when it leads), every
+/// [`ANNOUNCE_RETRY`] until the membership shows `addr`. A follower forwards nothing: each node
+/// asks for its own entry. Nothing waits for it: the node serves meanwhile, announced at the
+/// address it had.
+async fn announce(
+    raft: Raft,
+    mut network: Network,
+    mut status: watch::Receiver<Status>,
+    addr: String,
+) {
+    // Requests since the membership last showed `addr`.
+    let mut attempts = 0u32;
+    loop {
+        let s = status.borrow_and_update().clone();
+        match &s.client_addr {
+            // Not a member yet (waiting for --cluster-init).
+            None => {}
+            Some(now) if *now == addr => {
+                if attempts > 0 {
+                    tracing::info!(addr = %addr, "cluster: the membership announces this node at its --cluster-announce address");
+                }
+                attempts = 0;
+            }
+            Some(now) => {
+                if attempts == 0 {
+                    tracing::info!(addr = %addr, was = %now, "cluster: asking the leader to announce this node at its --cluster-announce address");
+                }
+                attempts += 1;
+                if let Err(why) = ask_to_announce(&raft, &mut network, &s, &addr).await {
+                    if attempts.is_multiple_of(ANNOUNCE_QUIET) {
+                        tracing::warn!(addr = %addr, attempts, "cluster: --cluster-announce not recorded yet: {why}");
+                    } else {
+                        tracing::debug!(addr = %addr, "cluster: --cluster-announce: {why}");
+                    }
+                }
+                tokio::time::sleep(ANNOUNCE_RETRY).await;
+                continue;
+            }
+        }
+        if status.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One request for this node's (`s.id`) client address to be `addr`: to the leader, or done
+/// here when this node leads.
+async fn ask_to_announce(
+    raft: &Raft,
+    network: &mut Network,
+    s: &Status,
+    addr: &str,
+) -> Result<(), String> {
+    let Some(leader) = &s.leader else {
+        return Err("no leader known".into());
+    };
+    if leader.id == s.id {
+        return set_client_addr(raft, s.id, addr.to_string()).await;
+    }
+    let peer = s
+        .peers
+        .iter()
+        .find(|p| p.id == leader.id)
+        .ok_or_else(|| format!("the leader, node {}, is not in the membership", leader.id))?;
+    let at = Peer {
+        raft_addr: peer.raft_addr.clone(),
+        client_addr: peer.client_addr.clone(),
+    };
+    network
+        .client(leader.id, &at)
+        .announce(s.id, addr, ANNOUNCE_WAIT)
+        .await
+        .map_err(|e| format!("asking the leader, node {}: {e}", leader.id))
 }

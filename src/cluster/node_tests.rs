@@ -80,6 +80,7 @@ impl Cluster {
                 listen: members[&id].raft_addr.parse().unwrap(),
                 secret: Secret::new("test secret"),
                 init: (id == 1).then(|| members.clone()),
+                announce: None,
                 timing: timing.clone(),
             })
             .collect();
@@ -425,6 +426,7 @@ fn cluster_init_refuses_when_a_peer_already_belongs_to_a_cluster() {
             )]
             .into(),
         ),
+        announce: None,
         timing: Timing::default(),
     };
     // A cluster of one: it leads at once.
@@ -510,4 +512,89 @@ fn a_leader_cut_off_from_its_followers_takes_no_writes() {
     );
     // Nor is a read served: no quorum confirms the leadership.
     assert!(!matches!(read, Ok(Ok(()))), "{read:?}");
+}
+
+/// Every node's client address as node `id`'s membership has it.
+fn client_addrs(c: &Cluster, id: u64) -> Vec<(u64, String)> {
+    let s = c.status(id);
+    let mut addrs: Vec<(u64, String)> = s
+        .peers
+        .iter()
+        .map(|p| (p.id, p.client_addr.clone()))
+        .collect();
+    addrs.extend(s.client_addr.map(|a| (id, a)));
+    addrs.sort();
+    addrs
+}
+
+/// Waits until every running node's membership has the client addresses `want`.
+fn wait_client_addrs(c: &Cluster, want: &[(u64, &str)]) {
+    let want: Vec<(u64, String)> = want.iter().map(|&(id, a)| (id, a.into())).collect();
+    for id in c.running() {
+        wait_until(&format!("node {id} shows {want:?}"), WAIT, || {
+            client_addrs(c, id) == want
+        });
+    }
+}
+
+#[test]
+fn cluster_announce_puts_a_nodes_address_in_the_membership_and_writes_go_on() {
+    let mut c = Cluster::new("announce", 3, Timing::default());
+    // Node 1's own entry at --cluster-init; node 3 asks the leader (or does it as the leader).
+    c.configs[0].announce = Some("192.0.2.1:7001".into());
+    c.configs[2].announce = Some("192.0.2.3:7003".into());
+    c.start_all();
+    let (leader, lid, _) = c.wait_leader(WAIT);
+    wait_client_addrs(
+        &c,
+        &[
+            (1, "192.0.2.1:7001"),
+            (2, "127.0.0.1:7002"),
+            (3, "192.0.2.3:7003"),
+        ],
+    );
+    // The change of a node's address (a membership entry) did not disturb the shards' entries.
+    let last = c.write(leader, lid, workload_entries());
+    c.wait_same_state(last);
+    // The cluster addresses did not change.
+    let s = c.status(1);
+    assert!(s
+        .peers
+        .iter()
+        .all(|p| p.raft_addr == c.configs[p.id as usize - 1].listen.to_string()));
+
+    // A node restarted with an address of its own gets it in, whoever leads.
+    c.stop(2);
+    c.configs[1].announce = Some("[::1]:7002".into());
+    c.start(2);
+    wait_client_addrs(
+        &c,
+        &[
+            (1, "192.0.2.1:7001"),
+            (2, "[::1]:7002"),
+            (3, "192.0.2.3:7003"),
+        ],
+    );
+    let (leader, lid, _) = c.wait_leader(WAIT);
+    let last = c.write(leader, lid, namespaces("after", 5));
+    c.wait_same_state(last);
+    assert_eq!(c.status(leader).leader.unwrap().client_addr, {
+        let want = ["192.0.2.1:7001", "[::1]:7002", "192.0.2.3:7003"];
+        want[leader as usize - 1].to_string()
+    });
+}
+
+#[test]
+fn a_leader_announces_its_own_address_itself() {
+    // A cluster of one leads at once: its restart with --cluster-announce changes its entry
+    // on its own.
+    let mut c = Cluster::new("announce-one", 1, Timing::default());
+    c.start_all();
+    c.wait_leader(WAIT);
+    wait_client_addrs(&c, &[(1, "127.0.0.1:7001")]);
+    c.stop(1);
+    c.configs[0].announce = Some("192.0.2.1:17001".into());
+    c.start(1);
+    wait_client_addrs(&c, &[(1, "192.0.2.1:17001")]);
+    assert_eq!(c.status(1).role, Role::Leader);
 }

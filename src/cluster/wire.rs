@@ -45,6 +45,14 @@ pub enum Request {
     },
     /// Do you already belong to a cluster? `--cluster-init` asks every listed peer first.
     Initialized,
+    /// To the leader, from a node started with `--cluster-announce`: make voter `id`'s client
+    /// address in the membership `client_addr` (its cluster address stays).
+    Announce {
+        /// The voter.
+        id: u64,
+        /// Where its clients are to reach it.
+        client_addr: String,
+    },
 }
 
 /// A piece of a snapshot's files, after [`Request::Snapshot`].
@@ -74,6 +82,9 @@ pub enum Response {
     Snapshot(SnapshotResponse<TypeConfig>),
     /// To [`Request::Initialized`].
     Initialized(bool),
+    /// To [`Request::Announce`]: the membership carries the address (it did already, or the
+    /// change committed).
+    Announced,
     /// The node could not serve the request (its Raft stopped, or a snapshot would not
     /// install); the reason.
     Failed(String),
@@ -86,6 +97,7 @@ const TRANSFER: u8 = 4;
 const SNAPSHOT: u8 = 5;
 const INITIALIZED: u8 = 6;
 const FAILED: u8 = 7;
+const ANNOUNCE: u8 = 8;
 
 const DATA: u8 = 1;
 const DONE: u8 = 2;
@@ -174,6 +186,12 @@ impl Message for Request {
                 codec::stored_membership(&mut e, &meta.last_membership);
             }
             Request::Initialized => Enc(out).u8(INITIALIZED),
+            Request::Announce { id, client_addr } => {
+                let mut e = Enc(out);
+                e.u8(ANNOUNCE);
+                e.u64(*id);
+                codec::text(&mut e, client_addr);
+            }
         }
     }
 
@@ -215,6 +233,10 @@ impl Message for Request {
                 },
             },
             INITIALIZED => Request::Initialized,
+            ANNOUNCE => Request::Announce {
+                id: d.u64()?,
+                client_addr: codec::dec_text(d)?,
+            },
             _ => return Err(DecodeError("unknown request")),
         })
     }
@@ -300,6 +322,7 @@ impl Message for Response {
                 e.u8(INITIALIZED);
                 flag(&mut e, *b);
             }
+            Response::Announced => e.u8(ANNOUNCE),
             Response::Failed(why) => {
                 e.u8(FAILED);
                 codec::text(&mut e, why);
@@ -336,6 +359,7 @@ impl Message for Response {
             SNAPSHOT => Response::Snapshot(SnapshotResponse::new(codec::dec_vote(d)?)),
             INITIALIZED => Response::Initialized(dec_flag(d)?),
             FAILED => Response::Failed(codec::dec_text(d)?),
+            ANNOUNCE => Response::Announced,
             _ => return Err(DecodeError("unknown answer")),
         })
     }
@@ -440,6 +464,10 @@ mod tests {
                 },
             },
             Request::Initialized,
+            Request::Announce {
+                id: 2,
+                client_addr: "[::1]:7002".into(),
+            },
         ] {
             through(req).await;
         }
@@ -462,6 +490,7 @@ mod tests {
             })),
             Response::Snapshot(SnapshotResponse::new(vote)),
             Response::Initialized(true),
+            Response::Announced,
             Response::Failed("stopped".into()),
         ] {
             through(answer).await;

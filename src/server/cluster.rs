@@ -73,6 +73,7 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
         listen: SocketAddr::new(ip, port),
         secret,
         init,
+        announce: config.cluster_announce.clone(),
         timing: Timing::default(),
     };
     cfg.check()?;
@@ -84,6 +85,7 @@ fn any_cluster_option(config: &Config) -> Option<&'static str> {
     [
         ("--cluster-port", config.cluster_port.is_some()),
         ("--cluster-bind", config.cluster_bind.is_some()),
+        ("--cluster-announce", config.cluster_announce.is_some()),
         ("--cluster-secret", config.cluster_secret.is_some()),
         (
             "--cluster-secret-file",
@@ -199,8 +201,10 @@ impl Shape {
 }
 
 /// Keeps `global`'s topology the cluster as `node` sees it (leader, term, members), until the
-/// node stops. `port` and `tls_port` are this node's client ports.
+/// node stops. `port` and `tls_port` are this node's client ports; with `--cluster-announce`
+/// it shows itself at that address, as the others do.
 pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port: Option<u16>) {
+    let announced = global.config.cluster_announce.as_deref();
     let mut status = node.status();
     let me = status.borrow().id;
     let mut shown: Option<Shape> = None;
@@ -210,7 +214,7 @@ pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port:
         if shown.as_ref() != Some(&shape) {
             last_leader = shape.leader.or(last_leader);
             global.set_topology(Topology::clustered(
-                me,
+                (me, announced),
                 port,
                 tls_port,
                 &shape.members,
@@ -275,6 +279,49 @@ mod tests {
         assert!(settings(&config(&[]), 2).unwrap().is_none());
         let err = settings(&config(&["--cluster-init", "1=127.0.0.1:7001"]), 2).unwrap_err();
         assert_eq!(err, "--cluster-init needs --cluster-node-id");
+    }
+
+    #[test]
+    fn cluster_announce_is_host_port_in_cluster_mode_only() {
+        let c = settings(
+            &config(&[
+                "--cluster-node-id",
+                "2",
+                "--cluster-announce",
+                "10.0.0.2:7002",
+            ]),
+            1,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.announce.as_deref(), Some("10.0.0.2:7002"));
+        let entries = config(&["--cluster-announce", "[::1]:7002"]).entries();
+        assert!(entries.contains(&("cluster-announce", "[::1]:7002".to_string())));
+        let entries = config(&[]).entries();
+        assert!(entries.contains(&("cluster-announce", String::new())));
+        assert!(settings(&config(&["--cluster-node-id", "2"]), 1)
+            .unwrap()
+            .unwrap()
+            .announce
+            .is_none());
+        let err = settings(&config(&["--cluster-announce", "10.0.0.2:7002"]), 1).unwrap_err();
+        assert_eq!(err, "--cluster-announce needs --cluster-node-id");
+        for (bad, why) in [
+            ("10.0.0.2", "no port"),
+            ("10.0.0.2:0", "bad port"),
+            ("10.0.0.2:65536", "bad port"),
+            ("10.0.0.2:x", "bad port"),
+            (":7002", "no host"),
+            ("::1:7002", "in brackets"),
+        ] {
+            let err = Config::try_parse_from(["permitd", "--cluster-announce", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("--cluster-announce") && err.contains(why),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -100,6 +100,15 @@ pub struct Topology {
     epoch: u64,
 }
 
+/// Node `id`'s client address `addr` resolved (its first address), or `None` (logged).
+fn resolve(id: u64, addr: &str) -> Option<SocketAddr> {
+    let at = addr.to_socket_addrs().ok().and_then(|mut a| a.next());
+    if at.is_none() {
+        tracing::warn!(node = id, addr = %addr, "a node's client address does not resolve");
+    }
+    at
+}
+
 /// Who asks: what this node's address is to them, and whether they came over TLS.
 #[derive(Debug, Clone, Copy)]
 pub struct Viewer {
@@ -135,12 +144,13 @@ impl Topology {
 
     /// Node `me` of a cluster whose voters are `members` (node number and client address,
     /// this node among them), led by `leader` (`None` while none is known; `last_leader` led
-    /// before) in `term`. This
-    /// node is shown at the address each client reached, on `port` and `tls_port`, as a single
-    /// node is; a peer at its announced address (a peer whose address does not resolve is left
-    /// out).
+    /// before) in `term`. This node is shown at `announced` (its `--cluster-announce`, as the
+    /// others show it) or else at the address each client reached, on `port` and `tls_port`,
+    /// as a single node is; a peer at its announced address (a peer whose address does not
+    /// resolve is left out). An announced address is one port: TLS clients are sent there too,
+    /// as they are to every peer.
     pub fn clustered(
-        me: u64,
+        (me, announced): (u64, Option<&str>),
         port: u16,
         tls_port: Option<u16>,
         members: &[(u64, String)],
@@ -148,10 +158,15 @@ impl Topology {
         term: u64,
     ) -> Topology {
         let mut t = Topology::single(NodeId::of_member(me), port, tls_port);
+        if let Some(at) = announced.and_then(|a| resolve(me, a)) {
+            let mine = &mut t.nodes[0];
+            mine.ip = Some(at.ip().to_canonical());
+            mine.port = at.port();
+            mine.tls_port = None;
+        }
         let mut ids = vec![me];
         for (id, addr) in members.iter().filter(|(id, _)| *id != me) {
-            let Some(at) = addr.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
-                tracing::warn!(node = id, addr = %addr, "a peer's client address does not resolve");
+            let Some(at) = resolve(*id, addr) else {
                 continue;
             };
             t.nodes.push(Node {
@@ -663,6 +678,43 @@ mod tests {
         assert!(t
             .info_replication()
             .contains(&("master_link_status".into(), "down".into())));
+    }
+
+    #[test]
+    fn a_node_with_an_announced_address_shows_itself_there_on_every_port() {
+        let members = [
+            (1, "10.0.0.1:7001".to_string()),
+            (2, "10.0.0.2:7002".to_string()),
+        ];
+        let (a, b) = (NodeId::of_member(1), NodeId::of_member(2));
+        let (a, b) = (a.as_str(), b.as_str());
+        let leads = (Some(2), None);
+        let t = Topology::clustered(
+            (2, Some("192.0.2.9:17002")),
+            7002,
+            Some(7102),
+            &members,
+            leads,
+            3,
+        );
+        for laddr in ["127.0.0.1:7002", "127.0.0.1:7102"] {
+            assert_eq!(
+                t.cluster_nodes(t.viewer(laddr.parse().unwrap())),
+                format!(
+                    "{b} 192.0.2.9:17002@0 myself,master - 0 0 3 connected 0-16383\n\
+                     {a} 10.0.0.1:7001@0 slave {b} 0 0 3 connected\n"
+                ),
+                "{laddr}"
+            );
+        }
+        let slots = resp(&t.cluster_slots(at("127.0.0.1")), Proto::Resp2);
+        assert!(slots.contains("$9\r\n192.0.2.9\r\n:17002\r\n"), "{slots}");
+        // Without one: the address the client reached, and the TLS port to a TLS client.
+        let t = Topology::clustered((2, None), 7002, Some(7102), &members, leads, 3);
+        let tls = t.viewer("127.0.0.1:7102".parse().unwrap());
+        assert!(t
+            .cluster_nodes(tls)
+            .starts_with(&format!("{b} 127.0.0.1:7102@0 myself,master")));
     }
 
     #[test]
