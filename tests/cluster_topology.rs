@@ -3,7 +3,7 @@
 //! name the same leader; after the leader is killed the survivors name a new one, a restarted
 //! node follows it with its usual options only, and `SHUTDOWN` on the leader hands leadership
 //! over; a node behind a port mapping is announced everywhere at its `--cluster-announce`
-//! address. Bounds are generous (elections start 0.9-1.2 s after a leader dies; a loaded 2-core
+//! address; a node restarted while its peers are down knows no leader. Bounds are generous (elections start 0.9-1.2 s after a leader dies; a loaded 2-core
 //! box is slower).
 
 mod cluster_harness;
@@ -104,6 +104,42 @@ fn three_nodes_agree_on_one_leader_and_follow_a_new_one_after_it_dies() {
     let back: Vec<&str> = back.iter().map(String::as_str).collect();
     members[first].server.restart_with(&back);
     assert_eq!(wait_for_leader(&members, &all), second);
+}
+
+#[test]
+fn a_node_restarted_while_its_peers_are_down_knows_no_leader_until_one_is_elected() {
+    let mut members = three_nodes();
+    let all = [0, 1, 2];
+    let first = wait_for_leader(&members, &all);
+    let mut con = members[first].server.conn();
+    let created = wait_until(SETTLE, || call(&mut con, &["NS.CREATE", "team"]).is_ok());
+    assert!(created, "{:?}", call(&mut con, &["NS.CREATE", "team"]));
+    for m in members.iter_mut() {
+        m.server.kill9();
+    }
+    // One node comes back alone: the vote in its log names the old leader, which is gone.
+    let (alone, second) = ((first + 1) % 3, (first + 2) % 3);
+    let restart = |m: &mut Member| {
+        let args = m.args.clone();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        m.server.restart_with(&args);
+    };
+    restart(&mut members[alone]);
+    for _ in 0..2 {
+        let mut con = members[alone].server.conn();
+        let err = call(&mut con, &["NS.GET", "team"]).unwrap_err();
+        assert_eq!(err.code(), Some("CLUSTERDOWN"), "{err:?}");
+        let info = text(&call(&mut con, &["CLUSTER", "INFO"]).unwrap());
+        assert!(info.contains("cluster_state:fail"), "{info}");
+        // Longer than an election timeout: it stood for election and could not win alone.
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    // A second node back: a quorum elects a leader, which serves what was committed before.
+    restart(&mut members[second]);
+    let leader = wait_for_leader(&members, &[alone, second]);
+    let mut con = members[leader].server.conn();
+    let served = wait_until(SETTLE, || call(&mut con, &["NS.GET", "team"]).is_ok());
+    assert!(served, "{:?}", call(&mut con, &["NS.GET", "team"]));
 }
 
 #[test]

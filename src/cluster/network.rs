@@ -37,7 +37,7 @@ use super::state::{Raft, Snapshot, SnapshotFiles};
 use super::wire::{
     recv, send, Piece, Request, Response, TransferLeaderResponse, MAX_FRAME, PIECE_BYTES,
 };
-use super::{Peer, TypeConfig, Vote};
+use super::{LeaderId, Peer, TypeConfig, Vote};
 
 /// How long a peer may take over its side of the handshake.
 const HANDSHAKE: Duration = Duration::from_secs(5);
@@ -503,6 +503,8 @@ pub struct Served {
     /// Where received snapshots are put together before the state machine installs (copies)
     /// them; emptied at start.
     pub incoming: PathBuf,
+    /// The last leadership (term and leader) this node had an append from since it started.
+    pub heard: tokio::sync::watch::Sender<Option<LeaderId>>,
 }
 
 /// Serves peers on `listener` until the runtime stops.
@@ -550,7 +552,15 @@ async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
         };
         let raft = &served.raft;
         let answer = match req {
-            Request::Append(r) => answer(raft.append_entries(r).await, Response::Append),
+            Request::Append(r) => {
+                if r.vote.committed {
+                    let from = Some(r.vote.leader_id);
+                    served
+                        .heard
+                        .send_if_modified(|h| std::mem::replace(h, from) != from);
+                }
+                answer(raft.append_entries(r).await, Response::Append)
+            }
             Request::Vote(r) => answer(raft.vote(r).await, Response::Vote),
             Request::PreVote(r) => answer(raft.pre_vote(r).await, Response::Vote),
             Request::TransferLeader(r) => answer(

@@ -98,7 +98,9 @@ pub struct Status {
     pub client_addr: Option<String>,
     /// The current term.
     pub term: u64,
-    /// The leader, when one is known.
+    /// The leader, when one is known: this node, or the leader of the committed vote once
+    /// this node had an append from it since it started (the vote a restarted node read back
+    /// names a leader that may be long gone: until it hears from one, it knows none).
     pub leader: Option<Leader>,
     /// The committed leadership this node knows (term and node): a leader's writes name it.
     pub leader_id: Option<LeaderId>,
@@ -117,9 +119,10 @@ pub struct Status {
 }
 
 impl Status {
-    fn of(m: &RaftMetrics<TypeConfig>) -> Status {
+    fn of(m: &RaftMetrics<TypeConfig>, heard: Option<LeaderId>) -> Status {
         let membership = m.membership_config.membership();
-        let leader = m.current_leader.map(|id| Leader {
+        let trusted = m.state == ServerState::Leader || heard == Some(m.vote.leader_id);
+        let leader = m.current_leader.filter(|_| trusted).map(|id| Leader {
             id,
             client_addr: membership
                 .get_node(&id)
@@ -483,6 +486,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
     let raft = Raft::new(cfg.id, config, network, log, sm.clone())
         .await
         .map_err(|e| format!("Raft: {e}"))?;
+    let (heard, heard_rx) = watch::channel(None);
     tokio::spawn(serve(
         listener,
         Served {
@@ -490,6 +494,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
             id: cfg.id,
             secret: cfg.secret.clone(),
             incoming,
+            heard,
         },
     ));
     if let Some(members) = &cfg.init {
@@ -502,7 +507,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
         raft: raft.clone(),
         sm,
         rt: tokio::runtime::Handle::current(),
-        status: publish_status(&raft),
+        status: publish_status(&raft, heard_rx),
     };
     if let Some(addr) = cfg.announce.clone() {
         let network = Network::new(cfg.id, cfg.secret.clone(), cfg.listen.ip());
@@ -511,13 +516,21 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
     Ok((Started { handle, raft_addr }, raft))
 }
 
-/// A watch of [`Status`], kept up to date from openraft's metrics by a task of the runtime.
-fn publish_status(raft: &Raft) -> watch::Receiver<Status> {
+/// A watch of [`Status`], kept up to date by a task of the runtime from openraft's metrics and
+/// the leaderships this node `heard` from.
+fn publish_status(
+    raft: &Raft,
+    mut heard: watch::Receiver<Option<LeaderId>>,
+) -> watch::Receiver<Status> {
     let mut metrics = raft.metrics();
-    let (tx, rx) = watch::channel(Status::of(&metrics.borrow_watched()));
+    let (tx, rx) = watch::channel(Status::of(&metrics.borrow_watched(), *heard.borrow()));
     tokio::spawn(async move {
-        while metrics.changed().await.is_ok() {
-            let status = Status::of(&metrics.borrow_watched());
+        loop {
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() { return },
+                changed = heard.changed() => if changed.is_err() { return },
+            }
+            let status = Status::of(&metrics.borrow_watched(), *heard.borrow());
             tx.send_replace(status);
         }
     });
