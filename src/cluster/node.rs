@@ -41,6 +41,12 @@ const ANNOUNCE_RETRY: Duration = Duration::from_millis(500);
 /// How long the leader may take to commit an announced address (a membership entry).
 const ANNOUNCE_WAIT: Duration = Duration::from_secs(5);
 
+/// How soon the status's watchers hear of progress alone (indexes, the followers' lag): every
+/// commit makes some, and telling each at once woke every shard thread and the accepting
+/// thread of every node for nothing. A change of role, leader, term or membership is told at
+/// once.
+const PROGRESS_EVERY: Duration = Duration::from_millis(50);
+
 /// Failed attempts at announcing before one is logged as a warning (then every this many):
 /// the first ones after a start or an election fail as a matter of course (no leader yet, its
 /// first entry not committed).
@@ -167,6 +173,30 @@ impl Status {
             purged: m.purged.as_ref().map(|l| l.index),
             peers,
         }
+    }
+}
+
+impl Status {
+    /// Whether `other` differs from this status in its progress only (indexes, lag).
+    fn same_but_progress(&self, other: &Status) -> bool {
+        let strip = |s: &Status| Status {
+            committed: None,
+            applied: None,
+            last_index: None,
+            snapshot: None,
+            purged: None,
+            peers: s
+                .peers
+                .iter()
+                .map(|p| PeerStatus {
+                    matched: None,
+                    lag: None,
+                    ..p.clone()
+                })
+                .collect(),
+            ..s.clone()
+        };
+        strip(self) == strip(other)
     }
 }
 
@@ -525,13 +555,35 @@ fn publish_status(
     let mut metrics = raft.metrics();
     let (tx, rx) = watch::channel(Status::of(&metrics.borrow_watched(), *heard.borrow()));
     tokio::spawn(async move {
+        // When the watchers are to hear of progress not yet told (PROGRESS_EVERY).
+        let mut due: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
                 changed = heard.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)),
+                    if due.is_some() =>
+                {
+                    due = None;
+                    tx.send_modify(|_| {});
+                    continue;
+                }
             }
             let status = Status::of(&metrics.borrow_watched(), *heard.borrow());
-            tx.send_replace(status);
+            // The value is always the newest (INFO reads it); only the telling waits.
+            tx.send_if_modified(|now| {
+                if *now == status {
+                    return false;
+                }
+                let tell = !now.same_but_progress(&status);
+                *now = status;
+                if tell {
+                    due = None;
+                } else if due.is_none() {
+                    due = Some(tokio::time::Instant::now() + PROGRESS_EVERY);
+                }
+                tell
+            });
         }
     });
     rx
