@@ -160,7 +160,8 @@ fn the_committed_id_is_the_newest_written_and_a_torn_one_reads_as_none() {
             let mut log = reopen();
             log.blocking_append(ents.clone()).await.unwrap();
             log.save_vote(&vote).await.unwrap();
-            // Many commits at once: the writes left queued write the newest.
+            // Many commits at once: at most one write is queued, and the newest id is written
+            // when the store is dropped.
             for e in &ents {
                 log.save_committed(Some(e.log_id)).await.unwrap();
             }
