@@ -3,8 +3,8 @@
 //! name the same leader; after the leader is killed the survivors name a new one, a restarted
 //! node follows it with its usual options only, and `SHUTDOWN` on the leader hands leadership
 //! over; a node behind a port mapping is announced everywhere at its `--cluster-announce`
-//! address; a node restarted while its peers are down knows no leader. Bounds are generous (elections start 0.9-1.2 s after a leader dies; a loaded 2-core
-//! box is slower).
+//! address; a node restarted while its peers are down knows no leader. Bounds are generous
+//! (elections start 0.9-1.2 s after a leader dies; a loaded 2-core box is slower).
 
 mod cluster_harness;
 mod common;

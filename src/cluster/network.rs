@@ -90,6 +90,10 @@ struct Local {
 /// is still noticed as soon.
 const APPEND_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
 
+/// How long the leader may take to commit an announced address (a membership entry); the
+/// asker waits as long.
+pub const ANNOUNCE_WAIT: Duration = Duration::from_secs(5);
+
 /// Connects to `addr` from `source` (any local address when it is unspecified).
 async fn connect_from(addr: &str, source: IpAddr) -> io::Result<TcpStream> {
     if source.is_unspecified() {
@@ -555,9 +559,14 @@ async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
             Request::Append(r) => {
                 if r.vote.committed {
                     let from = Some(r.vote.leader_id);
-                    served
-                        .heard
-                        .send_if_modified(|h| std::mem::replace(h, from) != from);
+                    // Only forward: a late append of an older leadership names no leader now.
+                    served.heard.send_if_modified(|h| {
+                        let newer = from > *h;
+                        if newer {
+                            *h = from;
+                        }
+                        newer
+                    });
                 }
                 answer(raft.append_entries(r).await, Response::Append)
             }
@@ -612,10 +621,14 @@ pub async fn set_client_addr(raft: &Raft, id: u64, client_addr: String) -> Resul
         raft_addr: peer.raft_addr,
         client_addr,
     };
-    raft.change_membership(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), true)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let change =
+        raft.change_membership(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), true);
+    match tokio::time::timeout(ANNOUNCE_WAIT, change).await {
+        Ok(changed) => changed.map(|_| ()).map_err(|e| e.to_string()),
+        Err(_) => Err(format!(
+            "the address did not commit within {ANNOUNCE_WAIT:?}"
+        )),
+    }
 }
 
 /// The answer to send for what the local Raft returned: a failure (it stopped) says why.

@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
 use super::log::{LogStore, SEGMENT_BYTES};
-use super::network::{serve, set_client_addr, Network, Served};
+use super::network::{serve, set_client_addr, Network, Served, ANNOUNCE_WAIT};
 use super::state::{Committed, Raft, Stamp, StateMachine};
 use super::{LeaderId, LogId, Peer, TypeConfig};
 
@@ -37,9 +37,6 @@ const INIT_WAIT: Duration = Duration::from_secs(30);
 /// How often a node whose membership entry does not carry its `--cluster-announce` address
 /// asks the leader again.
 const ANNOUNCE_RETRY: Duration = Duration::from_millis(500);
-
-/// How long the leader may take to commit an announced address (a membership entry).
-const ANNOUNCE_WAIT: Duration = Duration::from_secs(5);
 
 /// How soon the status's watchers hear of progress alone (indexes, the followers' lag): every
 /// commit makes some, and telling each at once woke every shard thread and the accepting
@@ -502,6 +499,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
     let sm_dir = cfg.dir.join("sm");
     let sm = StateMachine::open(&sm_dir, cfg.shards)
         .map_err(|e| format!("the Raft state machine: {e}"))?;
+    sm.replaying_upto(log.last_index());
     let incoming = cfg.dir.join("incoming");
     match fs::remove_dir_all(&incoming) {
         Ok(()) => {}

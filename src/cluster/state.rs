@@ -15,7 +15,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, TryStreamExt};
@@ -36,9 +36,6 @@ struct Replica {
     namespaces: BTreeMap<Name, Namespace>,
     hwm: FencingToken,
 }
-
-/// How long after the state machine opens applied entries are taken for a restart's replay.
-const REPLAY_SPELL: Duration = Duration::from_secs(2);
 
 /// How many recent stamps the state machine keeps.
 const STAMPS: usize = 16;
@@ -110,9 +107,10 @@ impl Head {
 }
 
 struct Machine {
-    /// When the state machine opened: what openraft applies just after is the replay of a
-    /// restart, whose stamps say nothing of the clocks now.
-    opened: Instant,
+    /// The last entry the log held when the node started: applying it and those before it is
+    /// a restart's replay, whose stamps say nothing of the clocks now (the committed id a
+    /// restart reads may lag, so part of that replay may wait for a quorum).
+    replay_upto: Option<u64>,
     /// The stamps of the last entries applied, with their leader and when they were applied:
     /// how far this node's clock runs from the leaders' ([`StateMachine::recent_stamps`]).
     stamps: VecDeque<Stamp>,
@@ -204,7 +202,7 @@ impl StateMachine {
             }
         }
         let mut m = Machine {
-            opened: Instant::now(),
+            replay_upto: None,
             stamps: VecDeque::with_capacity(STAMPS),
             dir: dir.to_path_buf(),
             shards: (0..shards).map(|_| Replica::default()).collect(),
@@ -222,6 +220,11 @@ impl StateMachine {
         Ok(StateMachine {
             machine: Arc::new(Mutex::new(m)),
         })
+    }
+
+    /// The entries up to `index` are in the log already at start: their apply is a replay.
+    pub fn replaying_upto(&self, index: Option<u64>) {
+        self.machine().replay_upto = index;
     }
 
     /// A copy of shard `shard`'s committed state (through the snapshot encoding, the one
@@ -325,7 +328,7 @@ impl Machine {
                         .map_err(|e| invalid(format!("entry {log_id}: {}", e.0)))?;
                 }
                 self.floor = self.floor.max(entry.now);
-                if self.opened.elapsed() > REPLAY_SPELL {
+                if self.replay_upto.is_none_or(|upto| log_id.index > upto) {
                     if self.stamps.len() == STAMPS {
                         self.stamps.pop_front();
                     }
