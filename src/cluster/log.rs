@@ -8,20 +8,19 @@
 //! and fdatasync'd on the writer thread before its `IOFlushed` fires; the vote, truncations and
 //! purges are on disk before their calls return.
 //!
-//! The committed id is written in its turn on the writer but not waited for. openraft applies
-//! a commit only once it was saved: with the meta's fsync, rename and folder fsync awaited, the
-//! leader's apply started 2.7-3.3 ms after the quorum had answered (measured on this 2-core
-//! box; hand-off p50 5.6 ms before, 3.6 ms after), and the writer spent about 1 ms per commit
-//! on it, against 0.25 ms to overwrite a block in place. An older committed id is always a true
-//! one, which openraft then advances again, so a crash that loses the last write, or tears it
-//! (the file then reads as no committed id), only makes the restart apply less at first. So
-//! a write is queued at most every [`COMMITTED_EVERY`], of the id it was queued for: a
-//! follower is told of a commit once its entries are queued, not yet written, and a write
-//! queued after them is done after their sync, where a newer id could run ahead of its log
-//! (a restart would then look for entries the log never got; the review found it):
-//! one fsync per commit on every node had cost the 3-node cluster 10-25% of its P=1
-//! throughput and most of its hand-off p99 (4.6-12.5 ms, 1.9-4.8 ms without; measured, runs
-//! alternating). What the last write left unwritten is written once the store is dropped.
+//! The committed id is written in its turn on the writer but not waited for: openraft applies
+//! a commit only once it was saved, and with the meta's fsync, rename and folder fsync awaited
+//! the leader's apply started 2.7-3.3 ms after the quorum had answered (measured on this 2-core
+//! box; hand-off p50 5.6 ms before, 3.6 ms after). An older committed id is always a true one,
+//! which openraft then advances again, so a crash that loses the last write, or tears it (the
+//! file then reads as no committed id), only makes the restart apply less at first. A write is
+//! queued at most every [`COMMITTED_EVERY`]: one per commit on every node had cost the 3-node
+//! cluster 10-25% of its P=1 throughput and most of its hand-off p99 (4.6-12.5 ms, 1.9-4.8 ms
+//! without; measured, runs alternating). Each writes the id it was queued for, never a newer
+//! one: a follower is told of a commit once its entries are queued, not yet written, and a
+//! newer id could reach the disk ahead of its entries (a restart would then look for entries
+//! the log never got; the review found it). The newest id is written when the store is dropped,
+//! after everything queued before.
 //!
 //! At open, a torn frame
 //! ends the log (nothing after it was acknowledged: callbacks fire only after the sync of every
