@@ -580,19 +580,13 @@ mod tests {
     use openraft::type_config::TypeConfigExt;
 
     use super::*;
-    use crate::cluster::tests::TempDir;
-    use crate::cluster::{LeaderId, Payload};
+    use crate::cluster::tests::{log_id, TempDir};
+    use crate::cluster::Payload;
 
     fn blank(range: std::ops::Range<u64>) -> Vec<Entry> {
         range
             .map(|index| Entry {
-                log_id: LogId::new(
-                    LeaderId {
-                        term: 1,
-                        node_id: 1,
-                    },
-                    index,
-                ),
+                log_id: log_id(1, index),
                 payload: Payload::Blank,
             })
             .collect()

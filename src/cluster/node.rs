@@ -171,9 +171,7 @@ impl Status {
             peers,
         }
     }
-}
 
-impl Status {
     /// Whether `other` differs from this status in its progress only (indexes, lag).
     fn same_but_progress(&self, other: &Status) -> bool {
         let strip = |s: &Status| Status {

@@ -77,7 +77,7 @@ fn openraft_storage_conformance_suite_one_entry_per_segment() {
     });
 }
 
-fn log_id(term: u64, index: u64) -> LogId {
+pub(super) fn log_id(term: u64, index: u64) -> LogId {
     LogId::new(LeaderId { term, node_id: 1 }, index)
 }
 
