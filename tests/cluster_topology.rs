@@ -3,7 +3,8 @@
 //! name the same leader; after the leader is killed the survivors name a new one, a restarted
 //! node follows it with its usual options only, and `SHUTDOWN` on the leader hands leadership
 //! over; a node behind a port mapping is announced everywhere at its `--cluster-announce`
-//! address; a node restarted while its peers are down knows no leader. Bounds are generous
+//! address; a node restarted while its peers are down knows no leader; the leader shows a
+//! follower that stopped answering as failed, and lists it again once it answers. Bounds are generous
 //! (elections start 0.9-1.2 s after a leader dies; a loaded 2-core box is slower).
 
 mod cluster_harness;
@@ -173,6 +174,56 @@ fn a_single_node_has_no_raft_section_and_refuses_cluster_options_without_a_node_
         log.contains("--cluster-init needs --cluster-node-id"),
         "{log}"
     );
+}
+
+#[test]
+fn the_leader_shows_a_follower_that_stopped_answering_as_failed_until_it_answers_again() {
+    let members = three_nodes();
+    let all = [0, 1, 2];
+    let first = wait_for_leader(&members, &all);
+    let (up, frozen) = ((first + 1) % 3, (first + 2) % 3);
+    let leader = &members[first].server;
+    let frozen_id = text(&call(&mut members[frozen].server.conn(), &["CLUSTER", "MYID"]).unwrap());
+    let frozen_at = format!("127.0.0.1:{}", members[frozen].server.port());
+    let up_at = format!("127.0.0.1:{}", members[up].server.port());
+    let replicas = || -> Vec<String> {
+        slots_nodes(leader)
+            .into_iter()
+            .skip(1)
+            .map(|(at, _)| at)
+            .collect()
+    };
+    let raft_peer = |m: &Member| {
+        let info = text(&call(&mut leader.conn(), &["INFO", "raft"]).unwrap());
+        let key = format!("raft_peer{}:", m.id);
+        info.lines()
+            .find_map(|l| l.strip_prefix(&key).map(str::to_string))
+            .unwrap_or_default()
+    };
+    let both = wait_until(SETTLE, || replicas().len() == 2);
+    assert!(both, "{:?}", replicas());
+    assert!(raft_peer(&members[frozen]).ends_with(",state=up"));
+
+    // Frozen (SIGSTOP) past two leader leases, it answers no RPC: the leader leaves it out of
+    // CLUSTER SLOTS, ROLE and INFO replication, and flags it in CLUSTER NODES and INFO raft.
+    members[frozen].server.signal(libc::SIGSTOP);
+    let dropped = wait_until(SETTLE, || replicas() == [up_at.clone()]);
+    let nodes = cluster_nodes(leader);
+    members[frozen].server.signal(libc::SIGCONT);
+    assert!(dropped, "{:?}", replicas());
+    let line = nodes.lines().find(|l| l.starts_with(&frozen_id));
+    assert!(
+        line.is_some_and(|l| l.contains(" slave,fail ") && l.contains(" disconnected")),
+        "{nodes}"
+    );
+    assert!(nodes.contains(&frozen_at), "{nodes}");
+
+    // Running again, it answers, and the leader lists it again.
+    let back = wait_until(SETTLE, || replicas().len() == 2);
+    assert!(back, "{:?}", replicas());
+    let peer = raft_peer(&members[frozen]);
+    assert!(peer.ends_with(",state=up"), "{peer}");
+    assert!(!cluster_nodes(leader).contains("fail"));
 }
 
 /// The nodes `CLUSTER SLOTS` names on `server` (master first), each as `(ip:port, id)`.

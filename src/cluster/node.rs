@@ -20,7 +20,7 @@ use openraft::errors::{ClientWriteError, ForwardReason, LinearizableReadError};
 use openraft::impls::ProgressResponder;
 use openraft::raft::ClientWriteResult;
 use openraft::type_config::alias::OneshotReceiverOf;
-use openraft::{RaftMetrics, ReadPolicy, ServerState, SnapshotPolicy};
+use openraft::{Instant as _, RaftMetrics, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -86,6 +86,12 @@ pub struct PeerStatus {
     pub matched: Option<u64>,
     /// How far behind the leader's log it is (`None` elsewhere).
     pub lag: Option<u64>,
+    /// How long ago the last RPC it acknowledged was sent, in ms (on the leader, once it
+    /// answered one; `None` elsewhere).
+    pub acked_ms_ago: Option<u64>,
+    /// On the leader, whether it acknowledged an RPC sent within the last `down_after` of
+    /// [`Status::of`]; `None` elsewhere (a follower hears only from the leader).
+    pub answering: Option<bool>,
 }
 
 /// A node's Raft state, from openraft's metrics.
@@ -122,7 +128,9 @@ pub struct Status {
 }
 
 impl Status {
-    fn of(m: &RaftMetrics<TypeConfig>, heard: Option<LeaderId>) -> Status {
+    /// `down_after`: how long a follower may leave the leader's RPCs unanswered and still be
+    /// taken for answering.
+    fn of(m: &RaftMetrics<TypeConfig>, heard: Option<LeaderId>, down_after: Duration) -> Status {
         let membership = m.membership_config.membership();
         let trusted = m.state == ServerState::Leader || heard == Some(m.vote.leader_id);
         let leader = m.current_leader.filter(|_| trusted).map(|id| Leader {
@@ -139,6 +147,11 @@ impl Status {
                 // Known on the leader only: the last entry the peer holds, if any.
                 let progress = m.replication.as_ref().and_then(|r| r.get(id));
                 let count = |last: Option<u64>| last.map_or(0, |i| i + 1);
+                // On the leader, when the last RPC the peer acknowledged was sent.
+                let acked_ago = m
+                    .heartbeat
+                    .as_ref()
+                    .map(|h| h.get(id).and_then(Option::as_ref).map(|at| at.elapsed()));
                 PeerStatus {
                     id: *id,
                     raft_addr: p.raft_addr.clone(),
@@ -147,6 +160,10 @@ impl Status {
                     lag: progress.map(|l| {
                         count(m.last_log_index).saturating_sub(count(l.as_ref().map(|l| l.index)))
                     }),
+                    acked_ms_ago: acked_ago
+                        .flatten()
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                    answering: acked_ago.map(|ago| ago.is_some_and(|d| d <= down_after)),
                 }
             })
             .collect();
@@ -172,7 +189,7 @@ impl Status {
         }
     }
 
-    /// Whether `other` differs from this status in its progress only (indexes, lag).
+    /// Whether `other` differs from this status in its progress only (indexes, lag, ack ages).
     fn same_but_progress(&self, other: &Status) -> bool {
         let strip = |s: &Status| Status {
             committed: None,
@@ -186,6 +203,7 @@ impl Status {
                 .map(|p| PeerStatus {
                     matched: None,
                     lag: None,
+                    acked_ms_ago: None,
                     ..p.clone()
                 })
                 .collect(),
@@ -543,20 +561,32 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
 }
 
 /// A watch of [`Status`], kept up to date by a task of the runtime from openraft's metrics and
-/// the leaderships this node `heard` from.
+/// the leaderships this node `heard` from. A follower is shown down once it answered none of
+/// the leader's RPCs for two leader leases (`election_timeout_max`: 1.2 s by default), long
+/// past a heartbeat's round trip even on a loaded box; the leader looks again every heartbeat
+/// interval, as nothing in the metrics changes when a follower stops answering.
 fn publish_status(
     raft: &Raft,
     mut heard: watch::Receiver<Option<LeaderId>>,
 ) -> watch::Receiver<Status> {
+    let config = raft.config();
+    let down_after = Duration::from_millis(2 * config.election_timeout_max);
+    let look_again = Duration::from_millis(config.heartbeat_interval);
     let mut metrics = raft.metrics();
-    let (tx, rx) = watch::channel(Status::of(&metrics.borrow_watched(), *heard.borrow()));
+    let (tx, rx) = watch::channel(Status::of(
+        &metrics.borrow_watched(),
+        *heard.borrow(),
+        down_after,
+    ));
     tokio::spawn(async move {
         // When the watchers are to hear of progress not yet told (PROGRESS_EVERY).
         let mut due: Option<tokio::time::Instant> = None;
         loop {
+            let leading = tx.borrow().role == Role::Leader;
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
                 changed = heard.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(look_again), if leading => {}
                 () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)),
                     if due.is_some() =>
                 {
@@ -565,7 +595,7 @@ fn publish_status(
                     continue;
                 }
             }
-            let status = Status::of(&metrics.borrow_watched(), *heard.borrow());
+            let status = Status::of(&metrics.borrow_watched(), *heard.borrow(), down_after);
             // The value is always the newest (INFO reads it); only the telling waits.
             tx.send_if_modified(|now| {
                 if *now == status {

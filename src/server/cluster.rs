@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::global::Global;
-use super::topology::Topology;
+use super::topology::{Member, Topology};
 use crate::cluster::auth::Secret;
 use crate::cluster::config::{parse_init, ClusterConfig, Timing};
 use crate::cluster::node::{Handle, Role, Status};
@@ -131,8 +131,10 @@ pub fn refusal(g: &Global, spec: &CommandSpec, argv: &[Bytes]) -> Option<Error> 
 }
 
 /// INFO's `# Raft` fields (SPEC §10): this node, its term and role, the leader, the commit
-/// and applied index, and per peer its cluster address, the last index it holds and its lag
-/// behind the leader's log (known on the leader only; empty elsewhere).
+/// and applied index, and per peer its cluster address, the last index it holds, its lag
+/// behind the leader's log, how long ago the last RPC it answered was sent and whether it
+/// answers (`up`, or `down` after two leader leases without an answer): all four known on the
+/// leader only, empty elsewhere.
 pub fn info_raft(s: &Status) -> Vec<(String, String)> {
     let index = |i: Option<u64>| i.map_or_else(|| "-".to_string(), |i| i.to_string());
     let role = match s.role {
@@ -164,11 +166,17 @@ pub fn info_raft(s: &Status) -> Vec<(String, String)> {
         fields.push((
             format!("raft_peer{}", p.id),
             format!(
-                "addr={},client_addr={},match={},lag={}",
+                "addr={},client_addr={},match={},lag={},last_ack_ms={},state={}",
                 p.raft_addr,
                 p.client_addr,
                 known(p.matched),
-                known(p.lag)
+                known(p.lag),
+                known(p.acked_ms_ago),
+                match p.answering {
+                    Some(true) => "up",
+                    Some(false) => "down",
+                    None => "",
+                }
             ),
         ));
     }
@@ -178,19 +186,20 @@ pub fn info_raft(s: &Status) -> Vec<(String, String)> {
 /// What the topology is made of: it is rebuilt only when this changes, not on every commit.
 #[derive(PartialEq)]
 struct Shape {
-    members: Vec<(u64, String)>,
+    /// Each voter's node number, client address and whether the leader lost touch with it.
+    members: Vec<(u64, String, bool)>,
     leader: Option<u64>,
     term: u64,
 }
 
 impl Shape {
     fn of(s: &Status) -> Shape {
-        let mut members: Vec<(u64, String)> = s
+        let mut members: Vec<(u64, String, bool)> = s
             .peers
             .iter()
-            .map(|p| (p.id, p.client_addr.clone()))
+            .map(|p| (p.id, p.client_addr.clone(), p.answering == Some(false)))
             .collect();
-        members.extend(s.client_addr.clone().map(|a| (s.id, a)));
+        members.extend(s.client_addr.clone().map(|a| (s.id, a, false)));
         members.sort();
         Shape {
             members,
@@ -200,9 +209,23 @@ impl Shape {
     }
 }
 
+/// Node `id`'s client address `addr` resolved (its first address), or `None` (logged). On the
+/// runtime, not in place: a name's lookup may wait on a DNS server.
+async fn resolve(id: u64, addr: &str) -> Option<SocketAddr> {
+    let at = tokio::net::lookup_host(addr)
+        .await
+        .ok()
+        .and_then(|mut a| a.next());
+    if at.is_none() {
+        tracing::warn!(node = id, addr = %addr, "a node's client address does not resolve");
+    }
+    at
+}
+
 /// Keeps `global`'s topology the cluster as `node` sees it (leader, term, members), until the
 /// node stops. `port` and `tls_port` are this node's client ports; with `--cluster-announce`
-/// it shows itself at that address, as the others do.
+/// it shows itself at that address, as the others do. A member whose address does not resolve
+/// is left out.
 pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port: Option<u16>) {
     let announced = global.config.cluster_announce.as_deref();
     let mut status = node.status();
@@ -213,11 +236,25 @@ pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port:
         let shape = Shape::of(&status.borrow_and_update());
         if shown.as_ref() != Some(&shape) {
             last_leader = shape.leader.or(last_leader);
+            let mut members = Vec::with_capacity(shape.members.len());
+            for (id, addr, failed) in &shape.members {
+                if let Some(at) = resolve(*id, addr).await {
+                    members.push(Member {
+                        id: *id,
+                        at,
+                        failed: *failed,
+                    });
+                }
+            }
+            let announced = match announced {
+                Some(a) => resolve(me, a).await,
+                None => None,
+            };
             global.set_topology(Topology::clustered(
                 (me, announced),
                 port,
                 tls_port,
-                &shape.members,
+                &members,
                 (shape.leader, last_leader),
                 shape.term,
             ));
@@ -229,11 +266,13 @@ pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port:
     }
 }
 
-/// The follower to hand leadership to, on the leader: the one least behind, at most `max_lag`
-/// entries (the lowest id among equals); `None` when none is known to be that close.
+/// The follower to hand leadership to, on the leader: of those that answer, the one least
+/// behind, at most `max_lag` entries (the lowest id among equals); `None` when none is known to
+/// be that close. A silent follower's lag is stale: handed leadership, it would not take it.
 pub fn successor(s: &Status, max_lag: u64) -> Option<u64> {
     s.peers
         .iter()
+        .filter(|p| p.answering != Some(false))
         .filter_map(|p| Some((p.lag?, p.id)))
         .filter(|&(lag, _)| lag <= max_lag)
         .min()
@@ -269,9 +308,41 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+    use crate::cluster::node::PeerStatus;
 
     fn config(args: &[&str]) -> Config {
         Config::try_parse_from(std::iter::once("permitd").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn leadership_goes_to_the_answering_follower_least_behind() {
+        let peer = |id, lag, answering| PeerStatus {
+            id,
+            raft_addr: String::new(),
+            client_addr: String::new(),
+            matched: None,
+            lag: Some(lag),
+            acked_ms_ago: None,
+            answering: Some(answering),
+        };
+        let status = |peers| Status {
+            id: 1,
+            role: Role::Leader,
+            client_addr: None,
+            term: 2,
+            leader: None,
+            leader_id: None,
+            committed: None,
+            applied: None,
+            last_index: None,
+            snapshot: None,
+            purged: None,
+            peers,
+        };
+        let s = status(vec![peer(2, 0, false), peer(3, 1, true), peer(4, 1, true)]);
+        assert_eq!(successor(&s, 1), Some(3));
+        assert_eq!(successor(&s, 0), None);
+        assert_eq!(successor(&status(vec![peer(2, 0, true)]), 0), Some(2));
     }
 
     #[test]

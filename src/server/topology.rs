@@ -20,7 +20,7 @@
 //! listener it came in on, so that a TLS client is sent to the TLS port and a plain one to the
 //! plain port (Redis with `tls-cluster yes` does the same).
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
@@ -80,6 +80,22 @@ struct Node {
     port: u16,
     /// Its TLS client port, when it has one.
     tls_port: Option<u16>,
+    /// Whether the leader lost touch with it (a follower the leader's RPCs go unanswered by):
+    /// shown `fail` in `CLUSTER NODES` and `failed` in `CLUSTER SHARDS`, and left out of the
+    /// replicas `CLUSTER SLOTS`, `ROLE` and `INFO replication` list, as Redis leaves out a
+    /// failed replica. Known on the leader only.
+    failed: bool,
+}
+
+/// A voter of a cluster as the topology shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its node number (`--cluster-node-id`).
+    pub id: u64,
+    /// Its client address, resolved.
+    pub at: SocketAddr,
+    /// Whether the leader lost touch with it ([`Node`]'s `failed`).
+    pub failed: bool,
 }
 
 /// See the module docs.
@@ -98,15 +114,6 @@ pub struct Topology {
     /// The configuration epoch (Redis's `currentEpoch`/`configEpoch`): 0 until a cluster
     /// elects a leader, its term after that.
     epoch: u64,
-}
-
-/// Node `id`'s client address `addr` resolved (its first address), or `None` (logged).
-fn resolve(id: u64, addr: &str) -> Option<SocketAddr> {
-    let at = addr.to_socket_addrs().ok().and_then(|mut a| a.next());
-    if at.is_none() {
-        tracing::warn!(node = id, addr = %addr, "a node's client address does not resolve");
-    }
-    at
 }
 
 /// Who asks: what this node's address is to them, and whether they came over TLS.
@@ -132,6 +139,7 @@ impl Topology {
             ip: None,
             port,
             tls_port,
+            failed: false,
         };
         Topology {
             nodes: vec![me],
@@ -142,40 +150,37 @@ impl Topology {
         }
     }
 
-    /// Node `me` of a cluster whose voters are `members` (node number and client address,
-    /// this node among them), led by `leader` (`None` while none is known; `last_leader` led
-    /// before) in `term`. This node is shown at `announced` (its `--cluster-announce`, as the
-    /// others show it) or else at the address each client reached, on `port` and `tls_port`,
-    /// as a single node is; a peer at its announced address (a peer whose address does not
-    /// resolve is left out). An announced address is one port: TLS clients are sent there too,
-    /// as they are to every peer.
+    /// Node `me` of a cluster whose voters are `members` (this node among them), led by
+    /// `leader` (`None` while none is known; `last_leader` led before) in `term`. This node is
+    /// shown at `announced` (its `--cluster-announce`, as the others show it) or else at the
+    /// address each client reached, on `port` and `tls_port`, as a single node is; a peer at
+    /// its announced address. An announced address is one port: TLS clients are sent there
+    /// too, as they are to every peer.
     pub fn clustered(
-        (me, announced): (u64, Option<&str>),
+        (me, announced): (u64, Option<SocketAddr>),
         port: u16,
         tls_port: Option<u16>,
-        members: &[(u64, String)],
+        members: &[Member],
         (leader, last_leader): (Option<u64>, Option<u64>),
         term: u64,
     ) -> Topology {
         let mut t = Topology::single(NodeId::of_member(me), port, tls_port);
-        if let Some(at) = announced.and_then(|a| resolve(me, a)) {
+        if let Some(at) = announced {
             let mine = &mut t.nodes[0];
             mine.ip = Some(at.ip().to_canonical());
             mine.port = at.port();
             mine.tls_port = None;
         }
         let mut ids = vec![me];
-        for (id, addr) in members.iter().filter(|(id, _)| *id != me) {
-            let Some(at) = resolve(*id, addr) else {
-                continue;
-            };
+        for m in members.iter().filter(|m| m.id != me) {
             t.nodes.push(Node {
-                id: NodeId::of_member(*id),
-                ip: Some(at.ip().to_canonical()),
-                port: at.port(),
+                id: NodeId::of_member(m.id),
+                ip: Some(m.at.ip().to_canonical()),
+                port: m.at.port(),
                 tls_port: None,
+                failed: m.failed,
             });
-            ids.push(*id);
+            ids.push(m.id);
         }
         let index = |l: Option<u64>| l.and_then(|l| ids.iter().position(|&id| id == l));
         t.leader = index(leader);
@@ -261,11 +266,16 @@ impl Topology {
             .collect()
     }
 
+    /// The serving nodes the leader is in touch with: the ones clients may be sent to.
+    fn answering(&self) -> Vec<&Node> {
+        self.serving().into_iter().filter(|n| !n.failed).collect()
+    }
+
     /// `CLUSTER SLOTS`: the range `[0, 16383, master, replica...]`, each node as
     /// `[ip, port, id, {}]` (the map holds the endpoints other than the preferred one, the ip:
     /// none, as no node has a hostname).
     pub fn cluster_slots(&self, v: Viewer) -> Reply {
-        let nodes = self.serving();
+        let nodes = self.answering();
         if nodes.is_empty() {
             return Reply::Array(Vec::new());
         }
@@ -310,7 +320,10 @@ impl Topology {
                     // No replication stream: nothing sent yet, as on a Redis master that
                     // never had a replica.
                     ("replication-offset", Reply::Int(0)),
-                    ("health", Reply::text("online")),
+                    (
+                        "health",
+                        Reply::text(if n.failed { "failed" } else { "online" }),
+                    ),
                 ]);
                 Reply::fields(f)
             })
@@ -331,7 +344,16 @@ impl Topology {
         for (i, n) in self.nodes.iter().enumerate() {
             let leads = self.leader == Some(i);
             let myself = if i == self.me { "myself," } else { "" };
-            let role = if leads { "master" } else { "slave" };
+            let role = match (leads, n.failed) {
+                (true, _) => "master",
+                (false, false) => "slave",
+                (false, true) => "slave,fail",
+            };
+            let link = if n.failed {
+                "disconnected"
+            } else {
+                "connected"
+            };
             let master = match self.leader {
                 Some(l) if !leads => self.nodes[l].id.as_str(),
                 _ => "-",
@@ -344,7 +366,7 @@ impl Topology {
             // Ping sent and pong received are 0: no bus pings anyone yet (and Redis shows 0
             // for itself).
             out.push_str(&format!(
-                "{} {}:{}@{BUS_PORT} {myself}{role} {master} 0 0 {} connected{slots}\n",
+                "{} {}:{}@{BUS_PORT} {myself}{role} {master} 0 0 {} {link}{slots}\n",
                 n.id.as_str(),
                 Self::ip_for(n, v),
                 Self::port_for(n, v),
@@ -386,7 +408,7 @@ impl Topology {
     pub fn role(&self) -> Reply {
         match self.leader {
             Some(l) if l == self.me => {
-                let replicas = self.serving()[1..]
+                let replicas = self.answering()[1..]
                     .iter()
                     .map(|n| {
                         Reply::Array(vec![
@@ -435,7 +457,7 @@ impl Topology {
         let kv = |k: &str, v: String| (k.to_string(), v);
         match self.leader {
             Some(l) if l == self.me => {
-                let replicas = &self.serving()[1..];
+                let replicas = &self.answering()[1..];
                 f.push(kv("connected_slaves", replicas.len().to_string()));
                 for (i, n) in replicas.iter().enumerate() {
                     f.push(kv(
@@ -500,6 +522,7 @@ mod tests {
             ip: Some(ip.parse().unwrap()),
             port,
             tls_port: None,
+            failed: false,
         };
         let mut nodes = vec![
             node('a', "10.0.0.1", 7001),
@@ -682,15 +705,17 @@ mod tests {
 
     #[test]
     fn a_node_with_an_announced_address_shows_itself_there_on_every_port() {
-        let members = [
-            (1, "10.0.0.1:7001".to_string()),
-            (2, "10.0.0.2:7002".to_string()),
-        ];
+        let member = |id, at: &str| Member {
+            id,
+            at: at.parse().unwrap(),
+            failed: false,
+        };
+        let members = [member(1, "10.0.0.1:7001"), member(2, "10.0.0.2:7002")];
         let (a, b) = (NodeId::of_member(1), NodeId::of_member(2));
         let (a, b) = (a.as_str(), b.as_str());
         let leads = (Some(2), None);
         let t = Topology::clustered(
-            (2, Some("192.0.2.9:17002")),
+            (2, Some("192.0.2.9:17002".parse().unwrap())),
             7002,
             Some(7102),
             &members,
@@ -728,5 +753,39 @@ mod tests {
         let slots = resp(&t.cluster_slots(v), Proto::Resp2);
         assert!(slots.contains("10.0.0.1\r\n:7001\r\n"), "{slots}");
         assert_eq!(t.refusal(7), Some(Error::ClusterDown("no leader".into())));
+    }
+
+    #[test]
+    fn the_leader_shows_a_follower_it_lost_touch_with_as_failed_and_sends_no_client_there() {
+        let mut t = three(0, Some(0));
+        t.nodes[2].failed = true;
+        let v = at("10.0.0.1");
+        let (a, b, c) = ("a".repeat(40), "b".repeat(40), "c".repeat(40));
+        assert_eq!(
+            t.cluster_nodes(v),
+            format!(
+                "{a} 10.0.0.1:7001@0 myself,master - 0 0 4 connected 0-16383\n\
+                 {b} 10.0.0.2:7002@0 slave {a} 0 0 4 connected\n\
+                 {c} 10.0.0.3:7003@0 slave,fail {a} 0 0 4 disconnected\n"
+            )
+        );
+        let slots = resp(&t.cluster_slots(v), Proto::Resp2);
+        assert!(slots.starts_with("*1\r\n*4\r\n:0\r\n:16383\r\n"), "{slots}");
+        assert!(
+            slots.contains("10.0.0.2") && !slots.contains("10.0.0.3"),
+            "{slots}"
+        );
+        let shards = resp(&t.cluster_shards(v), Proto::Resp2);
+        assert_eq!(shards.matches("$6\r\nonline\r\n").count(), 2, "{shards}");
+        assert_eq!(shards.matches("$6\r\nfailed\r\n").count(), 1, "{shards}");
+        assert_eq!(
+            resp(&t.role(), Proto::Resp2),
+            "*3\r\n$6\r\nmaster\r\n:0\r\n*1\r\n\
+             *3\r\n$8\r\n10.0.0.2\r\n$4\r\n7002\r\n$1\r\n0\r\n"
+        );
+        let repl = t.info_replication();
+        assert!(repl.contains(&("connected_slaves".into(), "1".into())));
+        assert!(!repl.iter().any(|(k, _)| k == "slave1"));
+        assert!(t.cluster_info().starts_with("cluster_state:ok\r\n"));
     }
 }
