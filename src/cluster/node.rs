@@ -128,9 +128,7 @@ pub struct Status {
 }
 
 impl Status {
-    /// `down_after`: how long a follower may leave the leader's RPCs unanswered and still be
-    /// taken for answering.
-    fn of(m: &RaftMetrics<TypeConfig>, heard: Option<LeaderId>, down_after: Duration) -> Status {
+    fn of(m: &RaftMetrics<TypeConfig>, heard: Option<LeaderId>, live: &Liveness) -> Status {
         let membership = m.membership_config.membership();
         let trusted = m.state == ServerState::Leader || heard == Some(m.vote.leader_id);
         let leader = m.current_leader.filter(|_| trusted).map(|id| Leader {
@@ -163,7 +161,7 @@ impl Status {
                     acked_ms_ago: acked_ago
                         .flatten()
                         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-                    answering: acked_ago.map(|ago| ago.is_some_and(|d| d <= down_after)),
+                    answering: acked_ago.map(|ago| live.answering(ago)),
                 }
             })
             .collect();
@@ -560,23 +558,55 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
     Ok((Started { handle, raft_addr }, raft))
 }
 
+/// How the leader tells whether a follower answers: it is down once it answered none of the
+/// leader's RPCs for two leader leases (`election_timeout_max`: 1.2 s by default), long past a
+/// heartbeat's round trip even on a loaded box.
+struct Liveness {
+    down_after: Duration,
+    /// The term this node leads in, and since when.
+    leading: Option<(u64, Instant)>,
+}
+
+impl Liveness {
+    /// Notes whether, and since when, the node of `m` leads.
+    fn observe(&mut self, m: &RaftMetrics<TypeConfig>) {
+        self.leading = match (m.state, self.leading) {
+            (ServerState::Leader, Some((term, since))) if term == m.current_term => {
+                Some((term, since))
+            }
+            (ServerState::Leader, _) => Some((m.current_term, Instant::now())),
+            _ => None,
+        };
+    }
+
+    /// Whether a follower whose last acknowledged RPC was sent `acked_ago` answers. One not
+    /// heard from yet in this leadership (openraft starts each with no ack) is given the same
+    /// time from the election, so that a new leader does not show every follower down first.
+    fn answering(&self, acked_ago: Option<Duration>) -> bool {
+        let ago = acked_ago.or_else(|| self.leading.map(|(_, since)| since.elapsed()));
+        ago.is_some_and(|d| d <= self.down_after)
+    }
+}
+
 /// A watch of [`Status`], kept up to date by a task of the runtime from openraft's metrics and
-/// the leaderships this node `heard` from. A follower is shown down once it answered none of
-/// the leader's RPCs for two leader leases (`election_timeout_max`: 1.2 s by default), long
-/// past a heartbeat's round trip even on a loaded box; the leader looks again every heartbeat
-/// interval, as nothing in the metrics changes when a follower stops answering.
+/// the leaderships this node `heard` from. The leader looks again every heartbeat interval
+/// ([`Liveness`]): nothing in the metrics changes when a follower stops answering.
 fn publish_status(
     raft: &Raft,
     mut heard: watch::Receiver<Option<LeaderId>>,
 ) -> watch::Receiver<Status> {
     let config = raft.config();
-    let down_after = Duration::from_millis(2 * config.election_timeout_max);
+    let mut live = Liveness {
+        down_after: Duration::from_millis(2 * config.election_timeout_max),
+        leading: None,
+    };
     let look_again = Duration::from_millis(config.heartbeat_interval);
     let mut metrics = raft.metrics();
+    live.observe(&metrics.borrow_watched());
     let (tx, rx) = watch::channel(Status::of(
         &metrics.borrow_watched(),
         *heard.borrow(),
-        down_after,
+        &live,
     ));
     tokio::spawn(async move {
         // When the watchers are to hear of progress not yet told (PROGRESS_EVERY).
@@ -595,7 +625,9 @@ fn publish_status(
                     continue;
                 }
             }
-            let status = Status::of(&metrics.borrow_watched(), *heard.borrow(), down_after);
+            let m = metrics.borrow_watched().clone();
+            live.observe(&m);
+            let status = Status::of(&m, *heard.borrow(), &live);
             // The value is always the newest (INFO reads it); only the telling waits.
             tx.send_if_modified(|now| {
                 if *now == status {
@@ -737,4 +769,28 @@ async fn ask_to_announce(
         .announce(s.id, addr, ANNOUNCE_WAIT)
         .await
         .map_err(|e| format!("asking the leader, node {}: {e}", leader.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_follower_is_down_once_silent_for_down_after_and_before_its_first_answer_once_the_leadership_is_as_old(
+    ) {
+        let second = Duration::from_secs(1);
+        let mut live = Liveness {
+            down_after: second,
+            leading: Some((3, Instant::now())),
+        };
+        assert!(live.answering(Some(Duration::from_millis(999))));
+        assert!(!live.answering(Some(Duration::from_millis(1001))));
+        // Not heard from yet: the leadership is young, then old.
+        assert!(live.answering(None));
+        live.leading = Some((3, Instant::now() - 2 * second));
+        assert!(!live.answering(None));
+        // Not leading: nothing is heard.
+        live.leading = None;
+        assert!(!live.answering(None));
+    }
 }
