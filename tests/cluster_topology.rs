@@ -205,10 +205,14 @@ fn the_leader_shows_a_follower_that_stopped_answering_as_failed_until_it_answers
     assert!(raft_peer(&members[frozen]).ends_with(",state=up"));
 
     // Frozen (SIGSTOP) past two leader leases, it answers no RPC: the leader leaves it out of
-    // CLUSTER SLOTS, ROLE and INFO replication, and flags it in CLUSTER NODES and INFO raft.
+    // CLUSTER SLOTS, ROLE and INFO replication, and flags it in CLUSTER NODES and INFO raft
+    // (read before SIGCONT).
     members[frozen].server.signal(libc::SIGSTOP);
     let dropped = wait_until(SETTLE, || replicas() == [up_at.clone()]);
     let nodes = cluster_nodes(leader);
+    let peer = raft_peer(&members[frozen]);
+    let roles = call(&mut leader.conn(), &["ROLE"]);
+    let repl = text(&call(&mut leader.conn(), &["INFO", "replication"]).unwrap());
     members[frozen].server.signal(libc::SIGCONT);
     assert!(dropped, "{:?}", replicas());
     let line = nodes.lines().find(|l| l.starts_with(&frozen_id));
@@ -217,8 +221,15 @@ fn the_leader_shows_a_follower_that_stopped_answering_as_failed_until_it_answers
         "{nodes}"
     );
     assert!(nodes.contains(&frozen_at), "{nodes}");
+    assert!(peer.ends_with(",state=down"), "{peer}");
+    let roles = items(&roles.unwrap());
+    assert_eq!(text(&roles[0]), "master");
+    assert_eq!(items(&roles[2]).len(), 1, "{roles:?}");
+    assert!(repl.contains("connected_slaves:1\r\n"), "{repl}");
 
-    // Running again, it answers, and the leader lists it again.
+    // Running again, it answers, and the leader (still leading: pre-vote keeps the woken node
+    // from deposing it) lists it again.
+    assert_eq!(role(leader), "master");
     let back = wait_until(SETTLE, || replicas().len() == 2);
     assert!(back, "{:?}", replicas());
     let peer = raft_peer(&members[frozen]);

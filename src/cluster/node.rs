@@ -89,8 +89,8 @@ pub struct PeerStatus {
     /// How long ago the last RPC it acknowledged was sent, in ms (on the leader, once it
     /// answered one; `None` elsewhere).
     pub acked_ms_ago: Option<u64>,
-    /// On the leader, whether it acknowledged an RPC sent within the last `down_after` of
-    /// [`Status::of`]; `None` elsewhere (a follower hears only from the leader).
+    /// On a leader in touch with a quorum, whether the peer answers ([`Liveness`]); `None`
+    /// elsewhere (a follower hears only from the leader; a cut-off leader cannot tell).
     pub answering: Option<bool>,
 }
 
@@ -161,7 +161,9 @@ impl Status {
                     acked_ms_ago: acked_ago
                         .flatten()
                         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-                    answering: acked_ago.map(|ago| live.answering(ago)),
+                    answering: acked_ago
+                        .filter(|_| live.in_touch(m))
+                        .map(|ago| live.answering(ago)),
                 }
             })
             .collect();
@@ -187,9 +189,20 @@ impl Status {
         }
     }
 
-    /// Whether `other` differs from this status in its progress only (indexes, lag, ack ages).
-    fn same_but_progress(&self, other: &Status) -> bool {
-        let strip = |s: &Status| Status {
+    /// What kind of change `other` is from this status.
+    fn change(&self, other: &Status) -> Change {
+        let ages = |s: &Status| Status {
+            peers: s
+                .peers
+                .iter()
+                .map(|p| PeerStatus {
+                    acked_ms_ago: None,
+                    ..p.clone()
+                })
+                .collect(),
+            ..s.clone()
+        };
+        let progress = |s: &Status| Status {
             committed: None,
             applied: None,
             last_index: None,
@@ -201,14 +214,31 @@ impl Status {
                 .map(|p| PeerStatus {
                     matched: None,
                     lag: None,
-                    acked_ms_ago: None,
                     ..p.clone()
                 })
                 .collect(),
             ..s.clone()
         };
-        strip(self) == strip(other)
+        let (a, b) = (ages(self), ages(other));
+        if a == b {
+            Change::AckAges
+        } else if progress(&a) == progress(&b) {
+            Change::Progress
+        } else {
+            Change::Shape
+        }
     }
+}
+
+/// How a new [`Status`] differs from the one before, and so when its watchers hear of it.
+enum Change {
+    /// In the ages of the peers' last answers only: not told (they change at every look).
+    AckAges,
+    /// In progress (indexes, lag): told at most every [`PROGRESS_EVERY`].
+    Progress,
+    /// In anything else (role, leader, term, membership, a peer that stopped or started
+    /// answering): told at once.
+    Shape,
 }
 
 /// Why a write did not commit.
@@ -579,6 +609,16 @@ impl Liveness {
         };
     }
 
+    /// Whether the leader of `m` heard from a quorum lately: one that did not (cut off, its
+    /// lease expired, though openraft keeps it a leader until it hears of another) cannot tell
+    /// a dead follower from its own lost link, and the rest of the cluster may be serving
+    /// without it; nor can a new leader before its first quorum answered.
+    fn in_touch(&self, m: &RaftMetrics<TypeConfig>) -> bool {
+        m.last_quorum_acked
+            .as_ref()
+            .is_some_and(|at| at.elapsed() <= self.down_after)
+    }
+
     /// Whether a follower whose last acknowledged RPC was sent `acked_ago` answers. One not
     /// heard from yet in this leadership (openraft starts each with no ack) is given the same
     /// time from the election, so that a new leader does not show every follower down first.
@@ -600,7 +640,8 @@ fn publish_status(
         down_after: Duration::from_millis(2 * config.election_timeout_max),
         leading: None,
     };
-    let look_again = Duration::from_millis(config.heartbeat_interval);
+    let mut look_again = tokio::time::interval(Duration::from_millis(config.heartbeat_interval));
+    look_again.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut metrics = raft.metrics();
     live.observe(&metrics.borrow_watched());
     let (tx, rx) = watch::channel(Status::of(
@@ -616,7 +657,7 @@ fn publish_status(
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
                 changed = heard.changed() => if changed.is_err() { return },
-                () = tokio::time::sleep(look_again), if leading => {}
+                _ = look_again.tick(), if leading => {}
                 () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)),
                     if due.is_some() =>
                 {
@@ -633,14 +674,19 @@ fn publish_status(
                 if *now == status {
                     return false;
                 }
-                let tell = !now.same_but_progress(&status);
+                let change = now.change(&status);
                 *now = status;
-                if tell {
-                    due = None;
-                } else if due.is_none() {
-                    due = Some(tokio::time::Instant::now() + PROGRESS_EVERY);
+                match change {
+                    Change::AckAges => false,
+                    Change::Progress => {
+                        due.get_or_insert_with(|| tokio::time::Instant::now() + PROGRESS_EVERY);
+                        false
+                    }
+                    Change::Shape => {
+                        due = None;
+                        true
+                    }
                 }
-                tell
             });
         }
     });
@@ -792,5 +838,60 @@ mod tests {
         // Not leading: nothing is heard.
         live.leading = None;
         assert!(!live.answering(None));
+    }
+
+    #[test]
+    fn a_status_that_changed_in_ack_ages_only_is_not_told_and_one_in_progress_only_later() {
+        let peer = PeerStatus {
+            id: 2,
+            raft_addr: "127.0.0.1:17002".into(),
+            client_addr: "127.0.0.1:7002".into(),
+            matched: Some(7),
+            lag: Some(0),
+            acked_ms_ago: Some(40),
+            answering: Some(true),
+        };
+        let before = Status {
+            id: 1,
+            role: Role::Leader,
+            client_addr: Some("127.0.0.1:7001".into()),
+            term: 3,
+            leader: None,
+            leader_id: None,
+            committed: Some(7),
+            applied: Some(7),
+            last_index: Some(7),
+            snapshot: None,
+            purged: None,
+            peers: vec![peer.clone()],
+        };
+        let with = |p: PeerStatus| Status {
+            peers: vec![p],
+            ..before.clone()
+        };
+        let aged = with(PeerStatus {
+            acked_ms_ago: Some(90),
+            ..peer.clone()
+        });
+        assert!(matches!(before.change(&aged), Change::AckAges));
+        let on = Status {
+            last_index: Some(8),
+            ..with(PeerStatus {
+                lag: Some(1),
+                ..peer.clone()
+            })
+        };
+        assert!(matches!(before.change(&on), Change::Progress));
+        let down = with(PeerStatus {
+            answering: Some(false),
+            acked_ms_ago: Some(1300),
+            ..peer.clone()
+        });
+        assert!(matches!(before.change(&down), Change::Shape));
+        let deposed = Status {
+            role: Role::Follower,
+            ..before.clone()
+        };
+        assert!(matches!(before.change(&deposed), Change::Shape));
     }
 }

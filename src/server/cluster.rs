@@ -3,6 +3,7 @@
 //! leadership handed over when the leader stops. With no `--cluster-node-id` the server is the
 //! single node and none of this runs.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
@@ -225,11 +226,21 @@ async fn resolve(id: u64, addr: &str) -> Option<SocketAddr> {
 /// Keeps `global`'s topology the cluster as `node` sees it (leader, term, members), until the
 /// node stops. `port` and `tls_port` are this node's client ports; with `--cluster-announce`
 /// it shows itself at that address, as the others do. A member whose address does not resolve
-/// is left out.
+/// is left out (and looked up again at the next change); one that did is not looked up again,
+/// so that a leader change does not wait on a DNS server.
 pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port: Option<u16>) {
-    let announced = global.config.cluster_announce.as_deref();
     let mut status = node.status();
     let me = status.borrow().id;
+    let mut resolved: HashMap<(u64, String), SocketAddr> = HashMap::new();
+    let mut lookup = async |id: u64, addr: &str| {
+        let key = (id, addr.to_string());
+        if let Some(at) = resolved.get(&key) {
+            return Some(*at);
+        }
+        let at = resolve(id, addr).await?;
+        resolved.insert(key, at);
+        Some(at)
+    };
     let mut shown: Option<Shape> = None;
     let mut last_leader = None;
     loop {
@@ -238,7 +249,7 @@ pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port:
             last_leader = shape.leader.or(last_leader);
             let mut members = Vec::with_capacity(shape.members.len());
             for (id, addr, failed) in &shape.members {
-                if let Some(at) = resolve(*id, addr).await {
+                if let Some(at) = lookup(*id, addr).await {
                     members.push(Member {
                         id: *id,
                         at,
@@ -246,8 +257,8 @@ pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port:
                     });
                 }
             }
-            let announced = match announced {
-                Some(a) => resolve(me, a).await,
+            let announced = match global.config.cluster_announce.as_deref() {
+                Some(a) => lookup(me, a).await,
                 None => None,
             };
             global.set_topology(Topology::clustered(
