@@ -7,6 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use super::auth::Secret;
+use super::stamps::Wall;
 use super::Peer;
 
 /// The voters `--cluster-init` names, by node id.
@@ -68,6 +69,8 @@ pub struct ClusterConfig {
     pub announce: Option<String>,
     /// Raft's timing.
     pub timing: Timing,
+    /// The server's wall clock: what the appends this node sends as leader are stamped with.
+    pub wall: Wall,
 }
 
 /// Whether `host:port` names a loopback address (`localhost`, 127.0.0.0/8, `::1`).
@@ -224,6 +227,7 @@ mod tests {
             init: init.map(|s| parse_init(s).unwrap()),
             announce: None,
             timing: Timing::default(),
+            wall: Wall::default(),
         }
     }
 

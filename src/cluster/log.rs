@@ -275,11 +275,6 @@ impl LogStore {
         lock(&self.shared.log)
     }
 
-    /// The index of the last entry in the log.
-    pub fn last_index(&self) -> Option<u64> {
-        self.log().last_log_id().map(|id| id.index)
-    }
-
     /// Puts `entries` in memory and queues their frames. An append of nothing hands back its
     /// callback with a barrier to wait for: it is flushed once what was queued before is.
     #[allow(clippy::type_complexity)]

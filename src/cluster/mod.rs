@@ -25,6 +25,7 @@ pub mod entry;
 pub mod log;
 pub mod network;
 pub mod node;
+pub mod stamps;
 pub mod state;
 pub mod wire;
 mod writer;

@@ -33,6 +33,7 @@ use openraft::{ChangeMembers, OptionalSend, ServerState};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use super::auth::{accept, dial, Secret};
+use super::stamps::{Stamp, Stamps, Wall};
 use super::state::{Raft, Snapshot, SnapshotFiles};
 use super::wire::{
     recv, send, Piece, Request, Response, TransferLeaderResponse, MAX_FRAME, PIECE_BYTES,
@@ -77,6 +78,8 @@ impl Backoff {
 struct Local {
     id: u64,
     secret: Secret,
+    /// What its appends are stamped with.
+    wall: Wall,
     /// The address it dials from: its cluster port's (unless that is the unspecified address),
     /// so that peers, firewalls and the test harness's proxies can tell the nodes apart.
     source: IpAddr,
@@ -242,9 +245,14 @@ pub struct Network {
 
 impl Network {
     /// The network of node `id`, dialing peers with `secret`.
-    pub fn new(id: u64, secret: Secret, source: IpAddr) -> Network {
+    pub fn new(id: u64, secret: Secret, source: IpAddr, wall: Wall) -> Network {
         Network {
-            local: Arc::new(Local { id, secret, source }),
+            local: Arc::new(Local {
+                id,
+                secret,
+                source,
+                wall,
+            }),
             pools: HashMap::new(),
         }
     }
@@ -403,7 +411,14 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             false => option.hard_ttl().max(APPEND_TIMEOUT_FLOOR),
         };
         match self
-            .ask(Request::Append(rpc), RPCTypes::AppendEntries, ttl)
+            .ask(
+                Request::Append {
+                    rpc,
+                    sent_at: self.local.wall.now(),
+                },
+                RPCTypes::AppendEntries,
+                ttl,
+            )
             .await?
         {
             Response::Append(r) => Ok(r),
@@ -509,6 +524,8 @@ pub struct Served {
     pub incoming: PathBuf,
     /// The last leadership (term and leader) this node had an append from since it started.
     pub heard: tokio::sync::watch::Sender<Option<LeaderId>>,
+    /// Where the appends' live entries are noted (the clock guard's evidence).
+    pub stamps: Stamps,
 }
 
 /// Serves peers on `listener` until the runtime stops.
@@ -556,9 +573,10 @@ async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
         };
         let raft = &served.raft;
         let answer = match req {
-            Request::Append(r) => {
-                if r.vote.committed {
-                    let from = Some(r.vote.leader_id);
+            Request::Append { rpc: r, sent_at } => {
+                let received = Instant::now();
+                let from = r.vote.committed.then_some(r.vote.leader_id);
+                if from.is_some() {
                     // Only forward: a late append of an older leadership names no leader now.
                     served.heard.send_if_modified(|h| {
                         let newer = from > *h;
@@ -568,7 +586,15 @@ async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
                         newer
                     });
                 }
-                answer(raft.append_entries(r).await, Response::Append)
+                let appended = raft.append_entries(r).await;
+                if let (Some(leader), Ok(AppendEntriesResponse::Success)) = (from, &appended) {
+                    served.stamps.note(Stamp {
+                        leader: leader.node_id,
+                        now: sent_at,
+                        received,
+                    });
+                }
+                answer(appended, Response::Append)
             }
             Request::Vote(r) => answer(raft.vote(r).await, Response::Vote),
             Request::PreVote(r) => answer(raft.pre_vote(r).await, Response::Vote),

@@ -28,7 +28,8 @@ use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
 use super::log::{LogStore, SEGMENT_BYTES};
 use super::network::{serve, set_client_addr, Network, Served, ANNOUNCE_WAIT};
-use super::state::{Committed, Raft, Stamp, StateMachine};
+use super::stamps::{Stamp, Stamps};
+use super::state::{Committed, Raft, StateMachine};
 use super::{LeaderId, LogId, Peer, TypeConfig};
 
 /// How long `--cluster-init` waits for every listed peer to answer (they may start after it).
@@ -274,6 +275,7 @@ pub struct Stopped;
 pub struct Handle {
     pub(super) raft: Raft,
     sm: StateMachine,
+    stamps: Stamps,
     rt: tokio::runtime::Handle,
     status: watch::Receiver<Status>,
 }
@@ -338,10 +340,10 @@ impl Handle {
         self.sm.committed(shard)
     }
 
-    /// The stamps (`now`, leader, when applied) of the last normal entries this node applied
-    /// live: how far its clock runs from the leaders' (the clock guard of a new leader).
+    /// The stamps (leader, `now`, when received) that bound best how far this node's clock
+    /// runs from each leader's ([`Stamps`]): the clock guard of a new leader.
     pub fn recent_stamps(&self) -> Vec<Stamp> {
-        self.sm.recent_stamps()
+        self.stamps.all()
     }
 
     /// Asks the leader (this node) to hand leadership to node `to`.
@@ -540,10 +542,10 @@ fn openraft_config(cfg: &ClusterConfig) -> Result<openraft::Config, String> {
 async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
     let config = Arc::new(openraft_config(&cfg)?);
     let log = LogStore::open(&cfg.dir.join("log"), SEGMENT_BYTES)?;
+    let stamps = Stamps::default();
     let sm_dir = cfg.dir.join("sm");
     let sm = StateMachine::open(&sm_dir, cfg.shards)
         .map_err(|e| format!("the Raft state machine: {e}"))?;
-    sm.replaying_upto(log.last_index());
     let incoming = cfg.dir.join("incoming");
     match fs::remove_dir_all(&incoming) {
         Ok(()) => {}
@@ -554,7 +556,12 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
         .await
         .map_err(|e| format!("the cluster port {}: {e}", cfg.listen))?;
     let raft_addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let network = Network::new(cfg.id, cfg.secret.clone(), cfg.listen.ip());
+    let network = Network::new(
+        cfg.id,
+        cfg.secret.clone(),
+        cfg.listen.ip(),
+        cfg.wall.clone(),
+    );
     let raft = Raft::new(cfg.id, config, network, log, sm.clone())
         .await
         .map_err(|e| format!("Raft: {e}"))?;
@@ -567,6 +574,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
             secret: cfg.secret.clone(),
             incoming,
             heard,
+            stamps: stamps.clone(),
         },
     ));
     if let Some(members) = &cfg.init {
@@ -578,11 +586,17 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
     let handle = Handle {
         raft: raft.clone(),
         sm,
+        stamps,
         rt: tokio::runtime::Handle::current(),
         status: publish_status(&raft, heard_rx),
     };
     if let Some(addr) = cfg.announce.clone() {
-        let network = Network::new(cfg.id, cfg.secret.clone(), cfg.listen.ip());
+        let network = Network::new(
+            cfg.id,
+            cfg.secret.clone(),
+            cfg.listen.ip(),
+            cfg.wall.clone(),
+        );
         tokio::spawn(announce(raft.clone(), network, handle.status(), addr));
     }
     Ok((Started { handle, raft_addr }, raft))
@@ -703,7 +717,12 @@ async fn initialize(raft: &Raft, cfg: &ClusterConfig, members: &Members) -> Resu
                 .into(),
         );
     }
-    let mut network = Network::new(cfg.id, cfg.secret.clone(), cfg.listen.ip());
+    let mut network = Network::new(
+        cfg.id,
+        cfg.secret.clone(),
+        cfg.listen.ip(),
+        cfg.wall.clone(),
+    );
     let deadline = Instant::now() + INIT_WAIT;
     for (&id, peer) in members.iter().filter(|(&id, _)| id != cfg.id) {
         let client = network.client(id, peer);

@@ -12,6 +12,7 @@ use super::config::{ClusterConfig, Members, Timing};
 use super::entry::ShardEntry;
 use super::network::Network;
 use super::node::{Node, ReadError, Role, Status, WriteError};
+use super::stamps::Wall;
 use super::tests::{journal, TempDir};
 use super::{LeaderId, Peer};
 use crate::engine::journal::Record;
@@ -82,6 +83,7 @@ impl Cluster {
                 init: (id == 1).then(|| members.clone()),
                 announce: None,
                 timing: timing.clone(),
+                wall: Wall::default(),
             })
             .collect();
         Cluster {
@@ -355,6 +357,7 @@ fn a_node_with_the_wrong_secret_is_refused_and_the_cluster_goes_on() {
         outsider,
         Secret::new("not the secret"),
         [127, 0, 0, 1].into(),
+        Wall::default(),
     );
     let client = net.client(leader, &peer);
     let err = block_on(async move { client.initialized(WAIT).await }).unwrap_err();
@@ -428,6 +431,7 @@ fn cluster_init_refuses_when_a_peer_already_belongs_to_a_cluster() {
         ),
         announce: None,
         timing: Timing::default(),
+        wall: Wall::default(),
     };
     // A cluster of one: it leads at once.
     let node1 = Node::start(one(&dir)).unwrap();

@@ -10,12 +10,11 @@
 //! restart openraft re-applies the committed entries after it (the log store keeps the
 //! committed id).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, TryStreamExt};
@@ -35,20 +34,6 @@ use crate::persist::{save_snapshot, snapshot, sync_dir, write_file_synced};
 struct Replica {
     namespaces: BTreeMap<Name, Namespace>,
     hwm: FencingToken,
-}
-
-/// How many recent stamps the state machine keeps.
-const STAMPS: usize = 16;
-
-/// A normal entry's stamp as this node applied it.
-#[derive(Debug, Clone, Copy)]
-pub struct Stamp {
-    /// The node that led when the entry was made (whose clock stamped it).
-    pub leader: u64,
-    /// Its `now`.
-    pub now: Nanos,
-    /// When this node applied it.
-    pub applied: Instant,
 }
 
 /// One shard's committed state, copied out of the state machine.
@@ -107,13 +92,6 @@ impl Head {
 }
 
 struct Machine {
-    /// The last entry the log held when the node started: applying it and those before it is
-    /// a restart's replay, whose stamps say nothing of the clocks now (the committed id a
-    /// restart reads may lag, so part of that replay may wait for a quorum).
-    replay_upto: Option<u64>,
-    /// The stamps of the last entries applied, with their leader and when they were applied:
-    /// how far this node's clock runs from the leaders' ([`StateMachine::recent_stamps`]).
-    stamps: VecDeque<Stamp>,
     dir: PathBuf,
     shards: Vec<Replica>,
     applied: Option<LogId>,
@@ -202,8 +180,6 @@ impl StateMachine {
             }
         }
         let mut m = Machine {
-            replay_upto: None,
-            stamps: VecDeque::with_capacity(STAMPS),
             dir: dir.to_path_buf(),
             shards: (0..shards).map(|_| Replica::default()).collect(),
             applied: None,
@@ -222,11 +198,6 @@ impl StateMachine {
         })
     }
 
-    /// The entries up to `index` are in the log already at start: their apply is a replay.
-    pub fn replaying_upto(&self, index: Option<u64>) {
-        self.machine().replay_upto = index;
-    }
-
     /// A copy of shard `shard`'s committed state (through the snapshot encoding, the one
     /// serialization the state has), and the highest `now` any applied entry carried: what a
     /// new leader's shard starts from.
@@ -242,11 +213,6 @@ impl StateMachine {
             hwm: snap.hwm,
             floor: bytes.1,
         }
-    }
-
-    /// The stamps of the last entries applied live (not a restart's replay).
-    pub fn recent_stamps(&self) -> Vec<Stamp> {
-        self.machine().stamps.iter().copied().collect()
     }
 
     /// Each shard's state in the snapshot encoding: equal bytes, equal states.
@@ -328,16 +294,6 @@ impl Machine {
                         .map_err(|e| invalid(format!("entry {log_id}: {}", e.0)))?;
                 }
                 self.floor = self.floor.max(entry.now);
-                if self.replay_upto.is_none_or(|upto| log_id.index > upto) {
-                    if self.stamps.len() == STAMPS {
-                        self.stamps.pop_front();
-                    }
-                    self.stamps.push_back(Stamp {
-                        leader: log_id.leader_id.node_id,
-                        now: entry.now,
-                        applied: Instant::now(),
-                    });
-                }
             }
             Payload::Membership(m) => {
                 self.membership = StoredMembership::new(Some(log_id), m);

@@ -11,6 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::codec;
 use super::{SnapshotMeta, TypeConfig, Vote};
+use crate::engine::types::Nanos;
 use crate::persist::codec::{Dec, DecodeError, Enc};
 use crate::persist::log::{decode_frame, frame_payload_len, frame_with, FRAME_HEADER};
 
@@ -29,7 +30,12 @@ type TransferLeaderError = openraft::raft::TransferLeaderError<TypeConfig>;
 #[derive(Debug, Clone)]
 pub enum Request {
     /// Replicate entries (or a heartbeat: none).
-    Append(AppendEntriesRequest<TypeConfig>),
+    Append {
+        /// openraft's request.
+        rpc: AppendEntriesRequest<TypeConfig>,
+        /// The sender's wall clock when it sent it (the clock guard's evidence, `stamps.rs`).
+        sent_at: Nanos,
+    },
     /// Vote for a candidate.
     Vote(VoteRequest<TypeConfig>),
     /// Would you vote for this candidate (nothing is saved)?
@@ -148,9 +154,10 @@ fn dec_vote_request(d: &mut Dec) -> Result<VoteRequest<TypeConfig>, DecodeError>
 impl Message for Request {
     fn put(&self, out: &mut BytesMut) {
         match self {
-            Request::Append(r) => {
+            Request::Append { rpc: r, sent_at } => {
                 let mut e = Enc(out);
                 e.u8(APPEND);
+                e.i64(*sent_at);
                 codec::vote(&mut e, &r.vote);
                 codec::opt_log_id(&mut e, r.prev_log_id.as_ref());
                 codec::opt_log_id(&mut e, r.leader_commit.as_ref());
@@ -198,6 +205,7 @@ impl Message for Request {
     fn get(d: &mut Dec) -> Result<Request, DecodeError> {
         Ok(match d.u8()? {
             APPEND => {
+                let sent_at = d.i64()?;
                 let vote = codec::dec_vote(d)?;
                 let prev_log_id = codec::dec_opt_log_id(d)?;
                 let leader_commit = codec::dec_opt_log_id(d)?;
@@ -210,12 +218,15 @@ impl Message for Request {
                         return Err(DecodeError("bytes after an entry"));
                     }
                 }
-                Request::Append(AppendEntriesRequest {
-                    vote,
-                    prev_log_id,
-                    entries,
-                    leader_commit,
-                })
+                Request::Append {
+                    rpc: AppendEntriesRequest {
+                        vote,
+                        prev_log_id,
+                        entries,
+                        leader_commit,
+                    },
+                    sent_at,
+                }
             }
             VOTE => Request::Vote(dec_vote_request(d)?),
             PRE_VOTE => Request::PreVote(dec_vote_request(d)?),
@@ -441,18 +452,24 @@ mod tests {
             leadership_transfer: true,
         };
         for req in [
-            Request::Append(AppendEntriesRequest {
-                vote,
-                prev_log_id: Some(log_id(3, 4)),
-                entries,
-                leader_commit: Some(log_id(3, 5)),
-            }),
-            Request::Append(AppendEntriesRequest {
-                vote,
-                prev_log_id: None,
-                entries: Vec::new(),
-                leader_commit: None,
-            }),
+            Request::Append {
+                rpc: AppendEntriesRequest {
+                    vote,
+                    prev_log_id: Some(log_id(3, 4)),
+                    entries,
+                    leader_commit: Some(log_id(3, 5)),
+                },
+                sent_at: 1_796_172_745_406_805_199,
+            },
+            Request::Append {
+                rpc: AppendEntriesRequest {
+                    vote,
+                    prev_log_id: None,
+                    entries: Vec::new(),
+                    leader_commit: None,
+                },
+                sent_at: -1,
+            },
             Request::Vote(vote_req.clone()),
             Request::PreVote(vote_req),
             Request::TransferLeader(TransferLeaderRequest::new(vote, 3, Some(log_id(3, 7)))),

@@ -15,6 +15,7 @@ use super::topology::{Member, Topology};
 use crate::cluster::auth::Secret;
 use crate::cluster::config::{parse_init, ClusterConfig, Timing};
 use crate::cluster::node::{Handle, Role, Status};
+use crate::cluster::stamps::Wall;
 use crate::command::slot::key_slot;
 use crate::command::table::{AclCat, CommandSpec};
 use crate::config::Config;
@@ -76,6 +77,8 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
         init,
         announce: config.cluster_announce.clone(),
         timing: Timing::default(),
+        // The system's clock; the server hands over its own (`Global::wall`).
+        wall: Wall::default(),
     };
     cfg.check()?;
     Ok(Some(cfg))

@@ -3,10 +3,9 @@
 //! change (the shutdown flag, the durable LSNs, the engine's server-wide counters) is private,
 //! behind the methods of that party.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Instant;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::futures::Notified;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -20,6 +19,7 @@ use super::msg::{ShardMsg, ThreadMsg};
 use super::slowlog::SlowLog;
 use super::topology::Topology;
 use crate::cluster::node::Handle;
+use crate::cluster::stamps::Wall;
 use crate::config::Config;
 use crate::engine::types::{Limits, Name, Nanos};
 use crate::error::Error;
@@ -122,8 +122,8 @@ pub struct Global {
     /// connections it handed over (socket registrations, messages) is freed by the shards or on
     /// its own next turn, and an idle thread would keep those pages.
     trim_acceptor: Notify,
-    /// Added to the system clock: only `DEBUG CLOCK-STEP` sets it, to test clock steps.
-    clock_offset: AtomicI64,
+    /// The wall clock, shared with cluster mode's peer links.
+    wall: Wall,
 }
 
 impl Global {
@@ -186,22 +186,24 @@ impl Global {
             namespace_count: Arc::new(AtomicUsize::new(0)),
             waiter_count: Arc::new(AtomicUsize::new(0)),
             trim_acceptor: Notify::new(),
-            clock_offset: AtomicI64::new(0),
+            wall: Wall::default(),
         }
     }
 
     /// The wall clock, in nanoseconds since the Unix epoch: what the shards' clocks read.
     pub fn wall_nanos(&self) -> Nanos {
-        let system = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as Nanos);
-        system + self.clock_offset.load(Ordering::Relaxed)
+        self.wall.now()
+    }
+
+    /// The wall clock itself (cluster mode stamps its appends with it).
+    pub fn wall(&self) -> Wall {
+        self.wall.clone()
     }
 
     /// Moves the server's wall clock `by` (`DEBUG CLOCK-STEP`), as an NTP step moves the
     /// system's.
     pub fn step_clock(&self, by: Nanos) {
-        self.clock_offset.fetch_add(by, Ordering::Relaxed);
+        self.wall.step(by);
     }
 
     /// How many shards (and shard threads) the server runs.

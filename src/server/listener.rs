@@ -90,7 +90,8 @@ pub fn run(config: Config) -> std::io::Result<()> {
         senders,
     ));
     let node = match cluster::settings(&global.config, n).map_err(std::io::Error::other)? {
-        Some(cfg) => {
+        Some(mut cfg) => {
+            cfg.wall = global.wall();
             cluster::check_no_single_node_data(&loaded.shards, &global.config.dir)
                 .map_err(std::io::Error::other)?;
             let node = crate::cluster::node::Node::start(cfg).map_err(std::io::Error::other)?;

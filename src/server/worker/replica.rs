@@ -244,15 +244,15 @@ impl ShardCtx {
 
     /// How far this node's clock runs ahead of the leaders' before it, if further than
     /// [`MAX_CLOCK_OFFSET`] (SPEC §10's clock guard): each stamp of an entry another node led
-    /// says the offset plus the delay until this node applied it, so the least of the recent
-    /// ones bounds the offset from above. No recent stamp, no evidence: nothing is refused.
+    /// says the offset plus the entry's transit to this node, so the least of the recent ones
+    /// bounds the offset from above. No recent stamp, no evidence: nothing is refused.
     fn clock_ahead(&self, node: &Handle) -> Option<Nanos> {
         let me = node.status().borrow().id;
         let wall = self.global.wall_nanos();
         node.recent_stamps()
             .iter()
-            .filter(|s| s.leader != me && s.applied.elapsed() < STAMP_AGE)
-            .map(|s| wall - s.applied.elapsed().as_nanos() as Nanos - s.now)
+            .filter(|s| s.leader != me && s.received.elapsed() < STAMP_AGE)
+            .map(|s| wall - s.received.elapsed().as_nanos() as Nanos - s.now)
             .min()
             .filter(|&ahead| ahead > MAX_CLOCK_OFFSET)
     }
