@@ -2,9 +2,9 @@
 //! leader runs the namespace commands and acknowledges a change once a majority has it; after
 //! `kill -9` of the leader the new one serves every acknowledged change, extends the leases that
 //! were alive by the failover grace, and keeps fencing tokens rising; a leader that hands over
-//! answers its parked acquires `MOVED` to the new leader; a node whose clock runs ahead refuses to
-//! lead, and a write in flight at the leader's death does not look like such a clock. Bounds are generous (elections start
-//! 0.9-1.2 s after a leader dies; a loaded 2-core box is slower).
+//! answers its parked acquires `MOVED` to the new leader; a node whose clock runs ahead refuses
+//! to lead, and a write in flight at the leader's death does not look like such a clock. Bounds
+//! are generous (elections start 0.9-1.2 s after a leader dies; a loaded 2-core box is slower).
 
 mod common;
 
