@@ -602,3 +602,39 @@ fn a_leader_announces_its_own_address_itself() {
     wait_client_addrs(&c, &[(1, "192.0.2.1:17001")]);
     assert_eq!(c.status(1).role, Role::Leader);
 }
+
+#[test]
+fn a_follower_knows_the_leaders_clock_from_its_appends_send_times_not_the_entries_now() {
+    let mut c = Cluster::new("clock-evidence", 3, Timing::default());
+    c.start_all();
+    let (leader, lid, _) = c.wait_leader(WAIT);
+    // Entries stamped 5 s before they are sent, as a follower sees entries that reach it, or
+    // commit, late (after a restart, after the next election): taken as evidence, they made a
+    // survivor refuse to lead.
+    let wall = Wall::default();
+    let old = wall.now() - 5_000_000_000;
+    let entries = (0..20)
+        .map(|_| ShardEntry {
+            shard: 0,
+            now: old,
+            records: Vec::new(),
+        })
+        .collect();
+    c.write(leader, lid, entries);
+    // Each follower's bound on its offset from the leader's clock is the transit of the
+    // leader's appends, far within the guard's 500 ms.
+    for id in c.running().into_iter().filter(|&id| id != leader) {
+        let least = c
+            .node(id)
+            .handle()
+            .recent_stamps()
+            .iter()
+            .filter(|s| s.leader == leader)
+            .map(|s| wall.now() - s.received.elapsed().as_nanos() as i64 - s.now)
+            .min();
+        assert!(
+            least.is_some_and(|ns| ns < 200_000_000),
+            "node {id}: {least:?}"
+        );
+    }
+}
