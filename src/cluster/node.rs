@@ -680,9 +680,8 @@ fn publish_status(
                     continue;
                 }
             }
-            let m = metrics.borrow_watched().clone();
-            live.observe(&m);
-            let status = Status::of(&m, *heard.borrow(), &live);
+            live.observe(&metrics.borrow_watched());
+            let status = Status::of(&metrics.borrow_watched(), *heard.borrow(), &live);
             // The value is always the newest (INFO reads it); only the telling waits.
             tx.send_if_modified(|now| {
                 if *now == status {
