@@ -213,7 +213,9 @@ fn a_write_in_flight_when_the_leader_dies_does_not_make_a_survivor_refuse_to_lea
         members[leader].server.restart_with(&args);
         leader = next;
         // Serving: the take-over is done (a refusal would have handed leadership on by now).
-        run(&members[leader].server, &["NS.GET", "app"]).unwrap();
+        if let Err(e) = run(&members[leader].server, &["NS.GET", "app"]) {
+            panic!("{e:?}\n{}", members[leader].server.log_tail(30));
+        }
     }
     for m in &members {
         let log = m.server.log_contents();

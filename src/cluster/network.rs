@@ -524,7 +524,7 @@ pub struct Served {
     pub incoming: PathBuf,
     /// The last leadership (term and leader) this node had an append from since it started.
     pub heard: tokio::sync::watch::Sender<Option<LeaderId>>,
-    /// Where the appends' live entries are noted (the clock guard's evidence).
+    /// Where each append's send time is noted (the clock guard's evidence).
     pub stamps: Stamps,
 }
 

@@ -622,16 +622,20 @@ fn a_follower_knows_the_leaders_clock_from_its_appends_send_times_not_the_entrie
         .collect();
     c.write(leader, lid, entries);
     // Each follower's bound on its offset from the leader's clock is the transit of the
-    // leader's appends, far within the guard's 500 ms.
+    // leader's appends, far within the guard's 500 ms (a write needs one follower only: the
+    // other's first stamps may come a moment later).
     for id in c.running().into_iter().filter(|&id| id != leader) {
-        let least = c
-            .node(id)
-            .handle()
-            .recent_stamps()
-            .iter()
-            .filter(|s| s.leader == leader)
-            .map(|s| wall.now() - s.received.elapsed().as_nanos() as i64 - s.now)
-            .min();
+        let least = || {
+            c.node(id)
+                .handle()
+                .recent_stamps()
+                .iter()
+                .filter(|s| s.leader == leader)
+                .map(|s| wall.now() - s.received.elapsed().as_nanos() as i64 - s.now)
+                .min()
+        };
+        wait_until("a stamp from the leader", WAIT, || least().is_some());
+        let least = least();
         assert!(
             least.is_some_and(|ns| ns < 200_000_000),
             "node {id}: {least:?}"

@@ -86,13 +86,14 @@ impl Stamps {
             mine.pop_back();
         }
         if mine.len() == PER_LEADER {
-            mine.pop_front();
+            // The front is the least delay of all kept: the next one goes.
+            mine.remove(1);
         }
         mine.push_back(stamp);
     }
 
-    /// Every stamp kept: for each leader and since any time, the one received soonest after
-    /// its `now` is among them.
+    /// Every stamp kept: per leader a sliding minimum of at most 16 (after 16 ever later ones,
+    /// the second oldest goes, so the least delay kept stays).
     pub fn all(&self) -> Vec<Stamp> {
         let all = self.0.lock().expect("no panic while the stamps are locked");
         all.values().flatten().copied().collect()

@@ -243,9 +243,10 @@ impl ShardCtx {
     }
 
     /// How far this node's clock runs ahead of the leaders' before it, if further than
-    /// [`MAX_CLOCK_OFFSET`] (SPEC §10's clock guard): each stamp of an entry another node led
-    /// says the offset plus the entry's transit to this node, so the least of the recent ones
-    /// bounds the offset from above. No recent stamp, no evidence: nothing is refused.
+    /// [`MAX_CLOCK_OFFSET`] (SPEC §10's clock guard): each append another leader sent,
+    /// heartbeats included, says the offset plus its transit to this node, so the least of the
+    /// recent ones bounds the offset from above. No recent stamp, no evidence: nothing is
+    /// refused.
     fn clock_ahead(&self, node: &Handle) -> Option<Nanos> {
         let me = node.status().borrow().id;
         let wall = self.global.wall_nanos();
