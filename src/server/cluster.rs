@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -291,6 +292,20 @@ pub fn successor(s: &Status, max_lag: u64) -> Option<u64> {
         .filter(|&(lag, _)| lag <= max_lag)
         .min()
         .map(|(_, id)| id)
+}
+
+/// Waits (at most [`HAND_OVER_WAIT`]) until the acquires parked on this node as leader were
+/// sent to the next one: its shards stand by a moment after the hand-over, and then answer
+/// them once they know the next leader; stopping Raft first would leave them none to name, and
+/// the stopping shard threads would close their connections unanswered (a test saw it).
+pub async fn answer_parked(global: &Global) {
+    let waiting = global.waiter_count();
+    let deadline = tokio::time::Instant::now() + HAND_OVER_WAIT;
+    while (waiting.load(Ordering::SeqCst) > 0 || global.redirects_pending() > 0)
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// On the leader, hands leadership to an up-to-date follower and waits (at most

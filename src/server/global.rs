@@ -124,6 +124,9 @@ pub struct Global {
     trim_acceptor: Notify,
     /// The wall clock, shared with cluster mode's peer links.
     wall: Wall,
+    /// Acquires parked on this node as leader that wait to be sent to the next one (cluster
+    /// mode): a stopping node keeps its Raft running until they are answered.
+    redirecting: Arc<AtomicUsize>,
 }
 
 impl Global {
@@ -187,6 +190,7 @@ impl Global {
             waiter_count: Arc::new(AtomicUsize::new(0)),
             trim_acceptor: Notify::new(),
             wall: Wall::default(),
+            redirecting: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -198,6 +202,20 @@ impl Global {
     /// The wall clock itself (cluster mode stamps its appends with it).
     pub fn wall(&self) -> Wall {
         self.wall.clone()
+    }
+
+    /// Counts parked acquires on their way to the next leader until the guard drops.
+    pub fn redirecting(&self, count: usize) -> Redirecting {
+        self.redirecting.fetch_add(count, Ordering::SeqCst);
+        Redirecting {
+            count,
+            of: self.redirecting.clone(),
+        }
+    }
+
+    /// How many parked acquires wait to be sent to the next leader.
+    pub fn redirects_pending(&self) -> usize {
+        self.redirecting.load(Ordering::SeqCst)
     }
 
     /// Moves the server's wall clock `by` (`DEBUG CLOCK-STEP`), as an NTP step moves the
@@ -346,5 +364,17 @@ impl Global {
     /// Resolves when a shard asked the accepting thread to trim.
     pub fn acceptor_trim_asked(&self) -> Notified<'_> {
         self.trim_acceptor.notified()
+    }
+}
+
+/// Parked acquires counted by [`Global::redirecting`] until this drops.
+pub struct Redirecting {
+    count: usize,
+    of: Arc<AtomicUsize>,
+}
+
+impl Drop for Redirecting {
+    fn drop(&mut self) {
+        self.of.fetch_sub(self.count, Ordering::SeqCst);
     }
 }

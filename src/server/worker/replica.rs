@@ -42,6 +42,7 @@ use crate::engine::types::{Nanos, NANOS_PER_SEC};
 use crate::error::Error;
 use crate::protocol::Reply;
 use crate::server::cluster;
+use crate::server::global::Redirecting;
 use crate::server::msg::Durable;
 
 /// How soon a node that leads tries again to take over when the last try failed (no quorum
@@ -338,6 +339,9 @@ impl ShardCtx {
             };
             parked.drain().map(|(id, p)| (slot(id), p)).collect()
         };
+        // Counted before the engine drops their waiters: a stopping server waits while either
+        // count is above zero (cluster::answer_parked).
+        let counted = self.global.redirecting(slots.len());
         self.engine
             .borrow_mut()
             .roll_back(BTreeMap::new(), 0, |_| false);
@@ -347,7 +351,7 @@ impl ShardCtx {
             "leadership moved: the state not known to be committed is dropped"
         );
         if !slots.is_empty() {
-            tokio::task::spawn_local(send_to_leader(node.clone(), leader, slots, saved));
+            tokio::task::spawn_local(send_to_leader(node.clone(), leader, slots, saved, counted));
         }
         self.leadership_wake.notify_one();
     }
@@ -356,7 +360,14 @@ impl ShardCtx {
 /// Answers the acquires parked under leadership `was` `MOVED` to the next leader, once one is
 /// known (an election takes a second or so; they were waiting anyway), or `CLUSTERDOWN` after
 /// [`NEXT_LEADER_WAIT`]. They were never granted: re-sent, they join the new leader's queue.
-async fn send_to_leader(node: Handle, was: LeaderId, parked: Vec<(u16, Parked)>, lsn: u64) {
+/// `_counted` keeps a stopping server's Raft running until they are answered.
+async fn send_to_leader(
+    node: Handle,
+    was: LeaderId,
+    parked: Vec<(u16, Parked)>,
+    lsn: u64,
+    _counted: Redirecting,
+) {
     let mut status = node.status();
     let known = status.wait_for(|s| s.leader.is_some() && s.leader_id != Some(was));
     let leader = match tokio::time::timeout(NEXT_LEADER_WAIT, known).await {
