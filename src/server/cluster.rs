@@ -294,8 +294,8 @@ pub fn successor(s: &Status, max_lag: u64) -> Option<u64> {
         .map(|(_, id)| id)
 }
 
-/// Waits (at most [`HAND_OVER_WAIT`]) until the acquires parked on this node as leader were
-/// sent to the next one: its shards stand by a moment after the hand-over, and then answer
+/// After a hand-over, waits (at most [`HAND_OVER_WAIT`]) until the acquires parked on this node
+/// as leader were sent to the next one: its shards stand by a moment after the hand-over, and then answer
 /// them once they know the next leader; stopping Raft first would leave them none to name, and
 /// the stopping shard threads would close their connections unanswered (a test saw it).
 pub async fn answer_parked(global: &Global) {
@@ -310,8 +310,8 @@ pub async fn answer_parked(global: &Global) {
 
 /// On the leader, hands leadership to an up-to-date follower and waits (at most
 /// [`HAND_OVER_WAIT`]) until another node leads, so that a planned stop costs the cluster no
-/// election timeout (SPEC §10: SHUTDOWN on the leader).
-pub async fn hand_over(node: &Handle) {
+/// election timeout (SPEC §10: SHUTDOWN on the leader); whether another node leads now.
+pub async fn hand_over(node: &Handle) -> bool {
     let mut status = node.status();
     // A follower may lag an entry or two behind for a moment (the latest commit on its way).
     let ready = status.wait_for(|s| s.role != Role::Leader || successor(s, 0).is_some());
@@ -320,16 +320,18 @@ pub async fn hand_over(node: &Handle) {
         _ => None,
     };
     let Some(to) = to else {
-        return;
+        return false;
     };
     tracing::info!(to, "handing leadership over before stopping");
     if node.transfer_leader(to).await.is_err() {
-        return;
+        return false;
     }
     let handed = status.wait_for(|s| s.leader.as_ref().is_some_and(|l| l.id != s.id));
     if tokio::time::timeout(HAND_OVER_WAIT, handed).await.is_err() {
         tracing::warn!(to, "no other node took over in time; stopping anyway");
+        return false;
     }
+    true
 }
 
 #[cfg(test)]

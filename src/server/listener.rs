@@ -128,8 +128,9 @@ pub fn run(config: Config) -> std::io::Result<()> {
     }
     rt.block_on(accept_loop(global.clone(), listener, tls_listener))?;
     if let Some(node) = node {
-        rt.block_on(cluster::hand_over(node.handle()));
-        rt.block_on(cluster::answer_parked(&global));
+        if rt.block_on(cluster::hand_over(node.handle())) {
+            rt.block_on(cluster::answer_parked(&global));
+        }
         node.shutdown();
     }
     global.begin_shutdown();
