@@ -33,6 +33,7 @@ use openraft::{ChangeMembers, OptionalSend, ServerState};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use super::auth::{accept, dial, Secret};
+use super::config::ClusterConfig;
 use super::stamps::{Stamp, Stamps, Wall};
 use super::state::{Raft, Snapshot, SnapshotFiles};
 use super::wire::{
@@ -244,6 +245,16 @@ pub struct Network {
 }
 
 impl Network {
+    /// The network of the node `cfg` sets up.
+    pub fn of(cfg: &ClusterConfig) -> Network {
+        Network::new(
+            cfg.id,
+            cfg.secret.clone(),
+            cfg.listen.ip(),
+            cfg.wall.clone(),
+        )
+    }
+
     /// The network of node `id`, dialing peers with `secret`.
     pub fn new(id: u64, secret: Secret, source: IpAddr, wall: Wall) -> Network {
         Network {

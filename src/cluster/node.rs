@@ -556,12 +556,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
         .await
         .map_err(|e| format!("the cluster port {}: {e}", cfg.listen))?;
     let raft_addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let network = Network::new(
-        cfg.id,
-        cfg.secret.clone(),
-        cfg.listen.ip(),
-        cfg.wall.clone(),
-    );
+    let network = Network::of(&cfg);
     let raft = Raft::new(cfg.id, config, network, log, sm.clone())
         .await
         .map_err(|e| format!("Raft: {e}"))?;
@@ -591,12 +586,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
         status: publish_status(&raft, heard_rx),
     };
     if let Some(addr) = cfg.announce.clone() {
-        let network = Network::new(
-            cfg.id,
-            cfg.secret.clone(),
-            cfg.listen.ip(),
-            cfg.wall.clone(),
-        );
+        let network = Network::of(&cfg);
         tokio::spawn(announce(raft.clone(), network, handle.status(), addr));
     }
     Ok((Started { handle, raft_addr }, raft))
@@ -716,12 +706,7 @@ async fn initialize(raft: &Raft, cfg: &ClusterConfig, members: &Members) -> Resu
                 .into(),
         );
     }
-    let mut network = Network::new(
-        cfg.id,
-        cfg.secret.clone(),
-        cfg.listen.ip(),
-        cfg.wall.clone(),
-    );
+    let mut network = Network::of(cfg);
     let deadline = Instant::now() + INIT_WAIT;
     for (&id, peer) in members.iter().filter(|(&id, _)| id != cfg.id) {
         let client = network.client(id, peer);

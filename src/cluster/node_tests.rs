@@ -631,7 +631,7 @@ fn a_follower_knows_the_leaders_clock_from_its_appends_send_times_not_the_entrie
                 .recent_stamps()
                 .iter()
                 .filter(|s| s.leader == leader)
-                .map(|s| wall.now() - s.received.elapsed().as_nanos() as i64 - s.now)
+                .map(|s| s.ahead_at(wall.now()))
                 .min()
         };
         wait_until("a stamp from the leader", WAIT, || least().is_some());

@@ -58,6 +58,12 @@ pub struct Stamp {
 }
 
 impl Stamp {
+    /// How far a clock that reads `wall` now runs ahead of the leader's at most: the offset
+    /// plus the append's transit.
+    pub fn ahead_at(&self, wall: Nanos) -> Nanos {
+        wall - self.received.elapsed().as_nanos() as Nanos - self.now
+    }
+
     /// Whether `self`, received no earlier than `before`, says no less of the clock offset: it
     /// came as soon or sooner after its `now` (both stamped by the same leader).
     fn as_close_as(&self, before: &Stamp) -> bool {

@@ -295,9 +295,10 @@ pub fn successor(s: &Status, max_lag: u64) -> Option<u64> {
 }
 
 /// After a hand-over, waits (at most [`HAND_OVER_WAIT`]) until the acquires parked on this node
-/// as leader were sent to the next one: its shards stand by a moment after the hand-over, and then answer
-/// them once they know the next leader; stopping Raft first would leave them none to name, and
-/// the stopping shard threads would close their connections unanswered (a test saw it).
+/// as leader were sent to the next one: its shards stand by a moment after the hand-over, and
+/// answer them once they know the next leader; stopping Raft first would leave them none to
+/// name, and the stopping shard threads would close their connections unanswered (a test saw
+/// it).
 pub async fn answer_parked(global: &Global) {
     let waiting = global.waiter_count();
     let deadline = tokio::time::Instant::now() + HAND_OVER_WAIT;

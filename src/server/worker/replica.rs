@@ -254,7 +254,7 @@ impl ShardCtx {
         node.recent_stamps()
             .iter()
             .filter(|s| s.leader != me && s.received.elapsed() < STAMP_AGE)
-            .map(|s| wall - s.received.elapsed().as_nanos() as Nanos - s.now)
+            .map(|s| s.ahead_at(wall))
             .min()
             .filter(|&ahead| ahead > MAX_CLOCK_OFFSET)
     }
