@@ -7,6 +7,12 @@
 //! and the listening side accepts or refuses. The two proofs are labelled by side, so one side's
 //! proof is never the other's. Without a secret (every peer on loopback) the key is empty: the
 //! same exchange, which then only checks that both sides run without one.
+//!
+//! The hello opens with the dialing side's [`WIRE_VERSION`], and the listening side reads no
+//! further when it is not its own: nodes that do not speak the same peer protocol refuse each
+//! other, saying why, instead of failing on a frame that does not decode (mixing versions, in
+//! a rolling upgrade say, is not supported). That opening and the refusal are the two layouts
+//! every version keeps.
 
 use std::fmt;
 use std::io;
@@ -46,13 +52,20 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// The version of what peers say to each other (this handshake, `wire.rs`'s requests and
+/// answers, the entries they carry): raised by any change to it that an older node could not
+/// read.
+pub const WIRE_VERSION: u64 = 1;
+
 type Nonce = [u8; 32];
 type Proof = [u8; 32];
 
 /// The handshake's messages, each one frame.
 enum Shake {
-    /// Dialing side: its nonce, and the node id it means to reach.
+    /// Dialing side, in [`WIRE_VERSION`]: its nonce, and the node id it means to reach.
     Hello { nonce: Nonce, to: u64 },
+    /// Dialing side: a hello in another version, of which only the version is read.
+    Foreign { version: u64 },
     /// Listening side: its nonce and proof.
     Challenge { nonce: Nonce, proof: Proof },
     /// Dialing side: its proof.
@@ -81,8 +94,13 @@ impl Message for Shake {
         match self {
             Shake::Hello { nonce, to } => {
                 e.u8(HELLO);
+                e.u64(WIRE_VERSION);
                 e.bytes(nonce);
                 e.u64(*to);
+            }
+            Shake::Foreign { version } => {
+                e.u8(HELLO);
+                e.u64(*version);
             }
             Shake::Challenge { nonce, proof } => {
                 e.u8(CHALLENGE);
@@ -103,9 +121,12 @@ impl Message for Shake {
 
     fn get(d: &mut Dec) -> Result<Shake, DecodeError> {
         Ok(match d.u8()? {
-            HELLO => Shake::Hello {
-                nonce: dec_32(d)?,
-                to: d.u64()?,
+            HELLO => match d.u64()? {
+                WIRE_VERSION => Shake::Hello {
+                    nonce: dec_32(d)?,
+                    to: d.u64()?,
+                },
+                version => Shake::Foreign { version },
             },
             CHALLENGE => Shake::Challenge {
                 nonce: dec_32(d)?,
@@ -217,6 +238,14 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> io::Result<()> {
     let (theirs, to) = match recv(s, MAX_HELLO).await? {
         Shake::Hello { nonce, to } => (nonce, to),
+        Shake::Foreign { version } => {
+            let why = format!(
+                "node {me} speaks peer protocol version {WIRE_VERSION}, the dialing node version \
+                 {version}: every node of a cluster must run a permitd of the same version"
+            );
+            send(s, &Shake::Refused { why: why.clone() }).await?;
+            return Err(refused(why));
+        }
         _ => return Err(unexpected()),
     };
     if to != me {
@@ -301,6 +330,23 @@ mod tests {
         let (answer, l) = tokio::join!(rogue, accept(&mut b, &s, 2));
         assert!(matches!(answer, Shake::Refused { ref why } if why == "wrong cluster secret"));
         assert!(l.unwrap_err().to_string().contains("wrong cluster secret"));
+    }
+
+    #[tokio::test]
+    async fn a_node_of_another_peer_protocol_version_is_refused_saying_why() {
+        // A later version's hello: its version, then whatever that version says.
+        let (mut a, mut b) = tokio::io::duplex(4096);
+        let s = Secret::new("s3cret");
+        let later = async {
+            send(&mut a, &Shake::Foreign { version: 2 }).await.unwrap();
+            recv::<Shake>(&mut a, MAX_HELLO).await.unwrap()
+        };
+        let (answer, l) = tokio::join!(later, accept(&mut b, &s, 2));
+        let why = "node 2 speaks peer protocol version 1, the dialing node version 2";
+        assert!(matches!(answer, Shake::Refused { why: ref w } if w.starts_with(why)));
+        let l = l.unwrap_err();
+        assert_eq!(l.kind(), io::ErrorKind::PermissionDenied);
+        assert!(l.to_string().starts_with(why), "{l}");
     }
 
     #[tokio::test]

@@ -200,11 +200,13 @@ impl Pool {
         self.idle.lock().expect("pool lock").push(conn);
     }
 
-    /// Sends `req` and reads the answer within `ttl`; `body` sends what follows the request.
+    /// Sends the request `req` makes and reads the answer within `ttl`; `body` sends what
+    /// follows the request. The request is made once a connection is there, so that an
+    /// append's send time (the clock guard's evidence, `stamps.rs`) leaves out a dial.
     async fn call_with<F>(
         &self,
         local: &Local,
-        req: &Request,
+        req: impl FnOnce() -> Request,
         ttl: Duration,
         body: F,
     ) -> Result<Response, CallError>
@@ -213,8 +215,9 @@ impl Pool {
     {
         let call = async {
             let mut conn = self.take(local).await?;
+            let req = req();
             let answer = async {
-                send(&mut conn, req).await?;
+                send(&mut conn, &req).await?;
                 body(&mut conn).await?;
                 recv::<Response>(&mut conn, MAX_FRAME).await
             }
@@ -231,7 +234,7 @@ impl Pool {
     async fn call(
         &self,
         local: &Local,
-        req: &Request,
+        req: impl FnOnce() -> Request,
         ttl: Duration,
     ) -> Result<Response, CallError> {
         self.call_with(local, req, ttl, async |_| Ok(())).await
@@ -329,15 +332,15 @@ impl PeerClient {
         }
     }
 
-    /// The answer to `req`, or the error openraft acts on; a peer that could not serve it is
-    /// unreachable for now.
+    /// The answer to the request `req` makes, or the error openraft acts on; a peer that could
+    /// not serve it is unreachable for now.
     async fn ask(
         &self,
-        req: Request,
+        req: impl FnOnce() -> Request,
         action: RPCTypes,
         ttl: Duration,
     ) -> Result<Response, RpcError> {
-        match self.pool.call(&self.local, &req, ttl).await {
+        match self.pool.call(&self.local, req, ttl).await {
             Ok(Response::Failed(why)) => Err(RPCError::Unreachable(Unreachable::new(
                 &io::Error::other(why),
             ))),
@@ -348,8 +351,8 @@ impl PeerClient {
 
     /// The peer's answer to one of this node's own requests (not openraft's): a failure it
     /// answered is an error with its reason.
-    async fn request(&self, req: &Request, ttl: Duration) -> io::Result<Response> {
-        match self.pool.call(&self.local, req, ttl).await {
+    async fn request(&self, req: Request, ttl: Duration) -> io::Result<Response> {
+        match self.pool.call(&self.local, || req, ttl).await {
             Ok(Response::Failed(why)) => Err(io::Error::other(why)),
             Ok(answer) => Ok(answer),
             Err(CallError::Unreachable(e) | CallError::Network(e)) => Err(e),
@@ -363,7 +366,7 @@ impl PeerClient {
     /// Whether the peer already belongs to a cluster; a refused handshake is
     /// `PermissionDenied`.
     pub async fn initialized(&self, ttl: Duration) -> io::Result<bool> {
-        match self.request(&Request::Initialized, ttl).await? {
+        match self.request(Request::Initialized, ttl).await? {
             Response::Initialized(b) => Ok(b),
             other => Err(wrong_answer(&other)),
         }
@@ -376,7 +379,7 @@ impl PeerClient {
             id,
             client_addr: client_addr.to_string(),
         };
-        match self.request(&req, ttl).await? {
+        match self.request(req, ttl).await? {
             Response::Announced => Ok(()),
             other => Err(wrong_answer(&other)),
         }
@@ -423,7 +426,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         };
         match self
             .ask(
-                Request::Append {
+                || Request::Append {
                     rpc,
                     sent_at: self.local.wall.now(),
                 },
@@ -443,7 +446,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RpcError> {
         match self
-            .ask(Request::Vote(rpc), RPCTypes::Vote, option.hard_ttl())
+            .ask(|| Request::Vote(rpc), RPCTypes::Vote, option.hard_ttl())
             .await?
         {
             Response::Vote(r) => Ok(r),
@@ -457,7 +460,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RpcError> {
         match self
-            .ask(Request::PreVote(rpc), RPCTypes::Vote, option.hard_ttl())
+            .ask(|| Request::PreVote(rpc), RPCTypes::Vote, option.hard_ttl())
             .await?
         {
             Response::Vote(r) => Ok(r),
@@ -472,7 +475,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     ) -> Result<TransferLeaderResponse, RpcError> {
         match self
             .ask(
-                Request::TransferLeader(req),
+                || Request::TransferLeader(req),
                 RPCTypes::TransferLeader,
                 option.hard_ttl(),
             )
@@ -495,11 +498,12 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             meta: snapshot.meta.clone(),
         };
         let dir = snapshot.snapshot.dir.clone();
-        let call = self
-            .pool
-            .call_with(&self.local, &req, option.hard_ttl(), async |conn| {
-                send_files(conn, &dir).await
-            });
+        let call = self.pool.call_with(
+            &self.local,
+            || req,
+            option.hard_ttl(),
+            async |conn| send_files(conn, &dir).await,
+        );
         let answer = tokio::select! {
             answer = call => answer,
             closed = cancel => return Err(StreamingError::Closed(closed)),
