@@ -3,8 +3,9 @@
 //! name the same leader; after the leader is killed the survivors name a new one, a restarted
 //! node follows it with its usual options only, and `SHUTDOWN` on the leader hands leadership
 //! over; a node behind a port mapping is announced everywhere at its `--cluster-announce`
-//! address; a node restarted while its peers are down knows no leader; the leader shows a
-//! follower that stopped answering as failed, and lists it again once it answers. Bounds are generous
+//! address; a node restarted while its peers are down knows no leader, nor does one whose
+//! leader and other peer stopped; the leader shows a follower that stopped answering as
+//! failed, and lists it again once it answers. Bounds are generous
 //! (elections start 0.9-1.2 s after a leader dies; a loaded 2-core box is slower).
 
 mod cluster_harness;
@@ -235,6 +236,43 @@ fn the_leader_shows_a_follower_that_stopped_answering_as_failed_until_it_answers
     let peer = raft_peer(&members[frozen]);
     assert!(peer.ends_with(",state=up"), "{peer}");
     assert!(!cluster_nodes(leader).contains("fail"));
+}
+
+#[test]
+fn the_survivor_of_a_majority_that_stopped_knows_no_leader_until_it_hears_from_one() {
+    let members = three_nodes();
+    let all = [0, 1, 2];
+    let first = wait_for_leader(&members, &all);
+    let (other, alone) = ((first + 1) % 3, (first + 2) % 3);
+    let survivor = &members[alone].server;
+    let refusal = || {
+        survivor
+            .client()
+            .get_connection()
+            .ok()
+            .and_then(|mut con| call(&mut con, &["NS.GET", "team"]).err())
+            .and_then(|e| e.code().map(str::to_string))
+    };
+    assert_eq!(refusal().as_deref(), Some("MOVED"));
+
+    // The leader and the other follower stop (SIGSTOP): no election can be won, and the
+    // survivor, which hears from no leader, no longer sends its clients to the silent one
+    // (read before SIGCONT).
+    members[first].server.signal(libc::SIGSTOP);
+    members[other].server.signal(libc::SIGSTOP);
+    let down = wait_until(SETTLE, || refusal().as_deref() == Some("CLUSTERDOWN"));
+    let info = text(&call(&mut survivor.conn(), &["CLUSTER", "INFO"]).unwrap());
+    let raft = text(&call(&mut survivor.conn(), &["INFO", "raft"]).unwrap());
+    members[first].server.signal(libc::SIGCONT);
+    members[other].server.signal(libc::SIGCONT);
+    assert!(down, "{:?}", refusal());
+    assert!(info.contains("cluster_state:fail"), "{info}");
+    assert!(raft.contains("raft_leader_id:-\r\n"), "{raft}");
+
+    // Running again, a leader is known everywhere, and the survivor sends its clients to it.
+    wait_for_leader(&members, &all);
+    let moved = wait_until(SETTLE, || refusal().as_deref() == Some("MOVED"));
+    assert!(moved, "{:?}", refusal());
 }
 
 /// The nodes `CLUSTER SLOTS` names on `server` (master first), each as `(ip:port, id)`.

@@ -537,10 +537,37 @@ pub struct Served {
     /// Where received snapshots are put together before the state machine installs (copies)
     /// them; emptied at start.
     pub incoming: PathBuf,
-    /// The last leadership (term and leader) this node had an append from since it started.
-    pub heard: tokio::sync::watch::Sender<Option<LeaderId>>,
+    /// The leadership this node last had an append from, and when.
+    pub heard: tokio::sync::watch::Sender<Heard>,
     /// Where each append's send time is noted (the clock guard's evidence).
     pub stamps: Stamps,
+}
+
+/// The last leadership (term and leader) this node had an append from since it started, and
+/// when the last append of it arrived: a follower knows the leader only while it hears from it
+/// (`node::Liveness::hears`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Heard {
+    /// The leadership.
+    pub leader: Option<LeaderId>,
+    /// When its last append arrived.
+    pub at: Option<Instant>,
+}
+
+impl Heard {
+    /// Notes an append of leadership `from` that arrived `at`; whether the leadership is new
+    /// (the watchers are told then only: the time of every append is kept, untold). A late
+    /// append of an older leadership names no leader now.
+    pub fn note(&mut self, from: LeaderId, at: Instant) -> bool {
+        let newer = Some(from) > self.leader;
+        if newer || self.leader == Some(from) {
+            *self = Heard {
+                leader: Some(from),
+                at: Some(at),
+            };
+        }
+        newer
+    }
 }
 
 /// Serves peers on `listener` until the runtime stops.
@@ -591,15 +618,8 @@ async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
             Request::Append { rpc: r, sent_at } => {
                 let received = Instant::now();
                 let from = r.vote.committed.then_some(r.vote.leader_id);
-                if from.is_some() {
-                    // Only forward: a late append of an older leadership names no leader now.
-                    served.heard.send_if_modified(|h| {
-                        let newer = from > *h;
-                        if newer {
-                            *h = from;
-                        }
-                        newer
-                    });
+                if let Some(from) = from {
+                    served.heard.send_if_modified(|h| h.note(from, received));
                 }
                 let appended = raft.append_entries(r).await;
                 if let (Some(leader), Ok(AppendEntriesResponse::Success)) = (from, &appended) {

@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
 use super::log::{LogStore, SEGMENT_BYTES};
-use super::network::{serve, set_client_addr, Network, Served, ANNOUNCE_WAIT};
+use super::network::{serve, set_client_addr, Heard, Network, Served, ANNOUNCE_WAIT};
 use super::stamps::{Stamp, Stamps};
 use super::state::{Committed, Raft, StateMachine};
 use super::{LeaderId, LogId, Peer, TypeConfig};
@@ -108,9 +108,10 @@ pub struct Status {
     pub client_addr: Option<String>,
     /// The current term.
     pub term: u64,
-    /// The leader, when one is known: this node, or the leader of the committed vote once
-    /// this node had an append from it since it started (the vote a restarted node read back
-    /// names a leader that may be long gone: until it hears from one, it knows none).
+    /// The leader, when one is known: this node, or the leader of the committed vote while
+    /// this node hears from it ([`Liveness::hears`]: the vote a restarted node read back names
+    /// a leader that may be long gone, and one that stopped sending may be dead: until it
+    /// hears from one again, it knows none).
     pub leader: Option<Leader>,
     /// The committed leadership this node knows (term and node): a leader's writes name it.
     pub leader_id: Option<LeaderId>,
@@ -129,9 +130,9 @@ pub struct Status {
 }
 
 impl Status {
-    fn of(m: &RaftMetrics<TypeConfig>, heard: Option<LeaderId>, live: &Liveness) -> Status {
+    fn of(m: &RaftMetrics<TypeConfig>, heard: &Heard, live: &Liveness) -> Status {
         let membership = m.membership_config.membership();
-        let trusted = m.state == ServerState::Leader || heard == Some(m.vote.leader_id);
+        let trusted = m.state == ServerState::Leader || live.hears(heard, m.vote.leader_id);
         let leader = m.current_leader.filter(|_| trusted).map(|id| Leader {
             id,
             client_addr: membership
@@ -560,7 +561,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
     let raft = Raft::new(cfg.id, config, network, log, sm.clone())
         .await
         .map_err(|e| format!("Raft: {e}"))?;
-    let (heard, heard_rx) = watch::channel(None);
+    let (heard, heard_rx) = watch::channel(Heard::default());
     tokio::spawn(serve(
         listener,
         Served {
@@ -592,9 +593,12 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
     Ok((Started { handle, raft_addr }, raft))
 }
 
-/// How the leader tells whether a follower answers: it is down once it answered none of the
-/// leader's RPCs for two leader leases (`election_timeout_max`: 1.2 s by default), long past a
-/// heartbeat's round trip even on a loaded box.
+/// How the leader tells whether a follower answers, and a follower whether its leader still
+/// sends: a follower is down once it answered none of the leader's RPCs for two leader leases
+/// (`election_timeout_max`: 1.2 s by default), long past a heartbeat's round trip even on a
+/// loaded box, and a leader once none of its appends (heartbeats every 100 ms) arrived for as
+/// long. The survivor of a majority that died would otherwise send its clients to the dead
+/// leader, and say the cluster is fine, for as long as no election could be won.
 struct Liveness {
     down_after: Duration,
     /// The term this node leads in, and since when.
@@ -623,6 +627,11 @@ impl Liveness {
             .is_some_and(|at| at.elapsed() <= self.down_after)
     }
 
+    /// Whether leadership `leader` (the vote's) is the one this node `heard` from, lately.
+    fn hears(&self, heard: &Heard, leader: LeaderId) -> bool {
+        heard.leader == Some(leader) && heard.at.is_some_and(|at| at.elapsed() <= self.down_after)
+    }
+
     /// Whether a follower whose last acknowledged RPC was sent `acked_ago` answers. One not
     /// heard from yet in this leadership (openraft starts each with no ack) is given the same
     /// time from the election, so that a new leader does not show every follower down first.
@@ -633,12 +642,10 @@ impl Liveness {
 }
 
 /// A watch of [`Status`], kept up to date by a task of the runtime from openraft's metrics and
-/// the leaderships this node `heard` from. The leader looks again every heartbeat interval
-/// ([`Liveness`]): nothing in the metrics changes when a follower stops answering.
-fn publish_status(
-    raft: &Raft,
-    mut heard: watch::Receiver<Option<LeaderId>>,
-) -> watch::Receiver<Status> {
+/// the leaderships this node `heard` from. It looks again every heartbeat interval
+/// ([`Liveness`]): nothing in the metrics changes when a follower stops answering, or a leader
+/// stops sending.
+fn publish_status(raft: &Raft, mut heard: watch::Receiver<Heard>) -> watch::Receiver<Status> {
     let config = raft.config();
     let mut live = Liveness {
         down_after: Duration::from_millis(2 * config.election_timeout_max),
@@ -650,18 +657,17 @@ fn publish_status(
     live.observe(&metrics.borrow_watched());
     let (tx, rx) = watch::channel(Status::of(
         &metrics.borrow_watched(),
-        *heard.borrow(),
+        &heard.borrow(),
         &live,
     ));
     tokio::spawn(async move {
         // When the watchers are to hear of progress not yet told (PROGRESS_EVERY).
         let mut due: Option<tokio::time::Instant> = None;
         loop {
-            let leading = tx.borrow().role == Role::Leader;
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
                 changed = heard.changed() => if changed.is_err() { return },
-                _ = look_again.tick(), if leading => {}
+                _ = look_again.tick() => {}
                 () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)),
                     if due.is_some() =>
                 {
@@ -671,7 +677,7 @@ fn publish_status(
                 }
             }
             live.observe(&metrics.borrow_watched());
-            let status = Status::of(&metrics.borrow_watched(), *heard.borrow(), &live);
+            let status = Status::of(&metrics.borrow_watched(), &heard.borrow(), &live);
             // The value is always the newest (INFO reads it); only the telling waits.
             tx.send_if_modified(|now| {
                 if *now == status {
@@ -841,6 +847,47 @@ mod tests {
         // Not leading: nothing is heard.
         live.leading = None;
         assert!(!live.answering(None));
+    }
+
+    #[test]
+    fn a_follower_knows_its_leader_while_appends_of_its_leadership_arrive() {
+        let second = Duration::from_secs(1);
+        let live = Liveness {
+            down_after: second,
+            leading: None,
+        };
+        let (old, new) = (
+            LeaderId {
+                term: 3,
+                node_id: 1,
+            },
+            LeaderId {
+                term: 4,
+                node_id: 2,
+            },
+        );
+        let mut heard = Heard::default();
+        assert!(!live.hears(&heard, old), "nothing heard since the start");
+        let long_ago = Instant::now() - 2 * second;
+        assert!(heard.note(old, long_ago), "a first leadership is told");
+        assert!(
+            !live.hears(&heard, old),
+            "silent for longer than down_after"
+        );
+        assert!(
+            !heard.note(old, Instant::now()),
+            "the same one's appends are not told"
+        );
+        assert!(live.hears(&heard, old));
+        assert!(
+            !live.hears(&heard, new),
+            "the vote names another leadership"
+        );
+        assert!(heard.note(new, Instant::now()));
+        // A late append of the old leadership changes nothing.
+        assert!(!heard.note(old, Instant::now()));
+        assert_eq!(heard.leader, Some(new));
+        assert!(live.hears(&heard, new));
     }
 
     #[test]
