@@ -186,6 +186,37 @@ fn a_node_whose_clock_runs_ahead_refuses_to_lead() {
 }
 
 #[test]
+fn two_survivors_whose_clocks_run_ahead_both_refuse_to_lead() {
+    // The first to be elected refuses and hands over; it must not then be the second's
+    // reference: its appends carry no time, as its shards do not serve. Before, the second
+    // measured itself against them, found no offset, and served with its fast clock (a review
+    // saw a lease lose its permit 10 s early).
+    let mut members = three_nodes_with(&["--enable-debug-command", "yes"]);
+    let first = wait_for_leader(&members, &[0, 1, 2]);
+    ok(&members[first].server, &["NS.CREATE", "app"]);
+    let holder = lease(&members[first].server, "holder", "30");
+    ok(&members[first].server, &["SEM.CREATE", "app", "s", "1"]);
+    acquire(&members[first].server, &holder, "1");
+    let live = others(first);
+    for &i in &live {
+        ok(&members[i].server, &["DEBUG", "CLOCK-STEP", "10"]);
+    }
+    members[first].server.kill9();
+    let killed = Instant::now();
+    // Both refuse while the dead leader's stamps are recent (10 s); an election, a hand-over
+    // and a second election take 2-4 s.
+    let refused = |i: usize| members[i].server.log_contents().contains("refuses to lead");
+    let both = wait_until(Duration::from_secs(9), || live.iter().all(|&i| refused(i)));
+    assert!(
+        both,
+        "after {:?}:\n{}\n{}",
+        killed.elapsed(),
+        members[live[0]].server.log_tail(20),
+        members[live[1]].server.log_tail(20)
+    );
+}
+
+#[test]
 fn a_write_in_flight_when_the_leader_dies_does_not_make_a_survivor_refuse_to_lead() {
     // Its entry may reach the followers with its commit only from the next leader, a second
     // later, and on a quiet cluster be the last a survivor has from the dead leader. Taken as

@@ -424,11 +424,12 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             true => option.hard_ttl(),
             false => option.hard_ttl().max(APPEND_TIMEOUT_FLOOR),
         };
+        let term = rpc.vote.leader_id.term;
         match self
             .ask(
                 || Request::Append {
                     rpc,
-                    sent_at: self.local.wall.now(),
+                    sent_at: self.local.wall.stamp(term),
                 },
                 RPCTypes::AppendEntries,
                 ttl,
@@ -622,7 +623,9 @@ async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
                     served.heard.send_if_modified(|h| h.note(from, received));
                 }
                 let appended = raft.append_entries(r).await;
-                if let (Some(leader), Ok(AppendEntriesResponse::Success)) = (from, &appended) {
+                if let (Some(leader), Some(sent_at), Ok(AppendEntriesResponse::Success)) =
+                    (from, sent_at, &appended)
+                {
                     served.stamps.note(Stamp {
                         leader: leader.node_id,
                         now: sent_at,

@@ -608,6 +608,23 @@ fn a_follower_knows_the_leaders_clock_from_its_appends_send_times_not_the_entrie
     let mut c = Cluster::new("clock-evidence", 3, Timing::default());
     c.start_all();
     let (leader, lid, _) = c.wait_leader(WAIT);
+    let stamped = |c: &Cluster| {
+        c.running()
+            .into_iter()
+            .filter(|&id| id != leader)
+            .any(|id| {
+                c.node(id)
+                    .handle()
+                    .recent_stamps()
+                    .iter()
+                    .any(|s| s.leader == leader)
+            })
+    };
+    // Until its shards serve (here: until the test says so), a leader's appends carry no
+    // time: a leader whose clock the guard refused is no one's reference. Five heartbeats.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!stamped(&c), "stamps from a leader that did not vouch");
+    c.configs[leader as usize - 1].wall.vouch(lid.term);
     // Entries stamped 5 s before they are sent, as a follower sees entries that reach it, or
     // commit, late (after a restart, after the next election): taken as evidence, they made a
     // survivor refuse to lead.

@@ -4,6 +4,13 @@
 //! leader's plus the append's transit, and the least of the recent ones bounds the offset from
 //! above. Heartbeats every 100 ms keep the evidence fresh on a quiet cluster too.
 //!
+//! Only a leader whose shards serve, having passed the guard themselves, stamps its appends
+//! ([`Wall::vouch`]): the guard measures a node against the clocks that made the cluster's log.
+//! A leader that refuses to lead, its clock too far ahead, says no time: otherwise, when the
+//! two survivors of a leader's death both ran ahead (a review stepped both 10 s), the first
+//! refused and handed over, and the second measured itself against the first's appends, found
+//! no offset, and served with its fast clock (a lease lost its permit 10 s early).
+//!
 //! Two earlier choices took the `now` of the entries instead, and made a follower read its
 //! clock as ahead by the time it had waited for them, and refuse to lead (measured with
 //! `kill -9` of the leader 2 ms after a write, six kills a run, each node restarted; a review saw
@@ -16,7 +23,7 @@
 //!   late (refusals in 4 runs of 4, "ahead_ms=863").
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -29,7 +36,11 @@ const PER_LEADER: usize = 16;
 /// offset that only `DEBUG CLOCK-STEP` sets (to test clock steps). The shards' clocks and the
 /// appends' send times read the same one.
 #[derive(Debug, Clone, Default)]
-pub struct Wall(Arc<AtomicI64>);
+pub struct Wall {
+    offset: Arc<AtomicI64>,
+    /// The last term in which this node's shards took over as leader (0: none).
+    vouched: Arc<AtomicU64>,
+}
 
 impl Wall {
     /// Its reading.
@@ -37,12 +48,24 @@ impl Wall {
         let system = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as Nanos);
-        system + self.0.load(Ordering::Relaxed)
+        system + self.offset.load(Ordering::Relaxed)
     }
 
     /// Moves it `by`, as an NTP step moves the system's.
     pub fn step(&self, by: Nanos) {
-        self.0.fetch_add(by, Ordering::Relaxed);
+        self.offset.fetch_add(by, Ordering::Relaxed);
+    }
+
+    /// Says that this node's shards serve as leader in `term`, the clock guard passed: its
+    /// appends of that term carry its clock from now on.
+    pub fn vouch(&self, term: u64) {
+        self.vouched.fetch_max(term, Ordering::Relaxed);
+    }
+
+    /// The send time of an append of this node's leadership in `term`: the reading, once the
+    /// node vouched for its clock in that term.
+    pub fn stamp(&self, term: u64) -> Option<Nanos> {
+        (self.vouched.load(Ordering::Relaxed) == term).then(|| self.now())
     }
 }
 

@@ -33,8 +33,9 @@ pub enum Request {
     Append {
         /// openraft's request.
         rpc: AppendEntriesRequest<TypeConfig>,
-        /// The sender's wall clock when it sent it (the clock guard's evidence, `stamps.rs`).
-        sent_at: Nanos,
+        /// The sender's wall clock when it sent it (the clock guard's evidence, `stamps.rs`),
+        /// from a leader whose shards serve.
+        sent_at: Option<Nanos>,
     },
     /// Vote for a candidate.
     Vote(VoteRequest<TypeConfig>),
@@ -157,7 +158,8 @@ impl Message for Request {
             Request::Append { rpc: r, sent_at } => {
                 let mut e = Enc(out);
                 e.u8(APPEND);
-                e.i64(*sent_at);
+                flag(&mut e, sent_at.is_some());
+                e.i64(sent_at.unwrap_or_default());
                 codec::vote(&mut e, &r.vote);
                 codec::opt_log_id(&mut e, r.prev_log_id.as_ref());
                 codec::opt_log_id(&mut e, r.leader_commit.as_ref());
@@ -205,7 +207,8 @@ impl Message for Request {
     fn get(d: &mut Dec) -> Result<Request, DecodeError> {
         Ok(match d.u8()? {
             APPEND => {
-                let sent_at = d.i64()?;
+                let stamped = dec_flag(d)?;
+                let sent_at = Some(d.i64()?).filter(|_| stamped);
                 let vote = codec::dec_vote(d)?;
                 let prev_log_id = codec::dec_opt_log_id(d)?;
                 let leader_commit = codec::dec_opt_log_id(d)?;
@@ -459,7 +462,7 @@ mod tests {
                     entries,
                     leader_commit: Some(log_id(3, 5)),
                 },
-                sent_at: 1_796_172_745_406_805_199,
+                sent_at: Some(1_796_172_745_406_805_199),
             },
             Request::Append {
                 rpc: AppendEntriesRequest {
@@ -468,7 +471,7 @@ mod tests {
                     entries: Vec::new(),
                     leader_commit: None,
                 },
-                sent_at: -1,
+                sent_at: None,
             },
             Request::Vote(vote_req.clone()),
             Request::PreVote(vote_req),

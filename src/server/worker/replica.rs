@@ -298,6 +298,7 @@ impl ShardCtx {
             "leading: serving the cluster's committed state"
         );
         *self.leading.borrow_mut() = Leading::Serving(leader);
+        self.global.wall().vouch(leader.term);
         self.settle();
         true
     }
