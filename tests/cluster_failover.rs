@@ -186,6 +186,29 @@ fn a_node_whose_clock_runs_ahead_refuses_to_lead() {
 }
 
 #[test]
+fn a_read_pending_when_the_leader_loses_its_quorum_is_answered_tryagain_not_leaderchanged() {
+    // The read waits for a proposal of its own to commit; the followers stop (SIGSTOP) right
+    // after it is appended, so it stays pending until the shard gives up on it (5 s). It
+    // changed nothing and showed only committed changes: TRYAGAIN, which cluster clients
+    // retry, not LEADERCHANGED, which reaches the application (a review saw that).
+    let members = three_nodes();
+    let first = wait_for_leader(&members, &[0, 1, 2]);
+    let leader = &members[first].server;
+    ok(leader, &["NS.CREATE", "app"]);
+    let mut con = leader.conn();
+    let followers = others(first);
+    for &i in &followers {
+        members[i].server.signal(libc::SIGSTOP);
+    }
+    let read = call(&mut con, &["NS.GET", "app"]);
+    for &i in &followers {
+        members[i].server.signal(libc::SIGCONT);
+    }
+    let err = read.unwrap_err();
+    assert_eq!(err.code(), Some("TRYAGAIN"), "{err:?}");
+}
+
+#[test]
 fn two_survivors_whose_clocks_run_ahead_both_refuse_to_lead() {
     // The first to be elected refuses and hands over; it must not then be the second's
     // reference: its appends carry no time, as its shards do not serve. Before, the second

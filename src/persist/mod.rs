@@ -15,7 +15,7 @@ pub mod codec;
 pub mod log;
 pub mod snapshot;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -489,6 +489,10 @@ pub struct Store {
     /// Cluster mode: what the shard proposes next as one Raft entry instead of framing it for
     /// its own log, which it then never writes.
     unproposed: Option<Unproposed>,
+    /// Cluster mode: of the proposals taken and not known committed, those that carry
+    /// changes, as (their first change's LSN, their last LSN), oldest first. The LSNs
+    /// between are reads' only: replies that changed nothing and showed only what was saved.
+    proposed_changes: VecDeque<(u64, u64)>,
     last_lsn: u64,
     /// The LSN up to which the log (or the snapshot) holds every record.
     saved_lsn: u64,
@@ -504,6 +508,8 @@ pub struct Store {
 struct Unproposed {
     records: Vec<Record>,
     read: bool,
+    /// The LSN of its first change (a read's LSN may come before).
+    first_change: Option<u64>,
 }
 
 /// A batch taken for writing.
@@ -533,6 +539,7 @@ impl Store {
             file: Arc::new(file),
             pending: BytesMut::new(),
             unproposed: None,
+            proposed_changes: VecDeque::new(),
             last_lsn: lsn,
             saved_lsn: lsn,
             snapshot_threshold,
@@ -549,7 +556,10 @@ impl Store {
         if !records.is_empty() {
             self.last_lsn += 1;
             match &mut self.unproposed {
-                Some(u) => u.records.extend(records),
+                Some(u) => {
+                    u.first_change.get_or_insert(self.last_lsn);
+                    u.records.extend(records);
+                }
                 None => log::frame(self.last_lsn, &records, &mut self.pending),
             }
         }
@@ -581,12 +591,32 @@ impl Store {
             return None;
         }
         let taken = std::mem::take(u);
+        if let Some(first) = taken.first_change {
+            self.proposed_changes.push_back((first, self.last_lsn));
+        }
         Some((taken.records, self.last_lsn))
     }
 
     /// Cluster mode: a proposal up to `lsn` committed.
     pub fn committed(&mut self, lsn: u64) {
         self.saved_lsn = self.saved_lsn.max(lsn);
+        while self
+            .proposed_changes
+            .front()
+            .is_some_and(|&(_, last)| last <= lsn)
+        {
+            self.proposed_changes.pop_front();
+        }
+    }
+
+    /// Cluster mode: the LSN of the first change not known committed, proposed or not; the
+    /// replies up to the LSN before it changed nothing and showed only committed changes.
+    pub fn first_unsaved_change(&self) -> Option<u64> {
+        let next = self.unproposed.as_ref().and_then(|u| u.first_change);
+        self.proposed_changes
+            .front()
+            .map(|&(first, _)| first)
+            .or(next)
     }
 
     /// LSN of the last record appended.
@@ -632,13 +662,15 @@ impl Store {
         self.pending = bytes;
     }
 
-    /// Drops every pending record (a roll-back: they are not to be saved). The LSNs they had
-    /// are not handed out again.
+    /// Drops every pending record (a roll-back: they are not to be saved), and forgets the
+    /// proposals in flight (their replies are answered by the roll-back). The LSNs they had are
+    /// not handed out again.
     pub fn drop_pending(&mut self) {
         self.pending = BytesMut::new();
         if let Some(u) = &mut self.unproposed {
             *u = Unproposed::default();
         }
+        self.proposed_changes.clear();
     }
 
     /// A batch of `len` bytes up to `lsn` is in the log now.

@@ -596,3 +596,36 @@ fn in_cluster_mode_records_wait_for_a_proposal_and_reads_get_one_of_their_own() 
     assert_eq!(store.append(Vec::new()), 3);
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn in_cluster_mode_the_store_knows_the_first_change_not_known_committed() {
+    let dir = std::env::temp_dir().join(format!("permitd-first-change-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let loaded = load(&dir, 1, false).unwrap();
+    let mut store = Store::open(&loaded.gen_dir, 0, 0, Fsync::Always, 1 << 30).unwrap();
+    store.propose_instead();
+    let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
+    let journal = workload(&mut live);
+    // Reads alone: no change waits.
+    store.note_read();
+    assert_eq!(store.take_proposal().map(|p| p.1), Some(1));
+    assert_eq!(store.first_unsaved_change(), None);
+    // A read (LSN 2), then two changes (3, 4) in one proposal, then a read with a change (5)
+    // not proposed yet: the first change is 3 until that proposal commits, then 5.
+    store.note_read();
+    store.append(journal.clone());
+    store.append(journal.clone());
+    assert_eq!(store.first_unsaved_change(), Some(3));
+    assert_eq!(store.take_proposal().map(|p| p.1), Some(4));
+    assert_eq!(store.append(journal.clone()), 5);
+    assert_eq!(store.first_unsaved_change(), Some(3));
+    store.committed(1);
+    assert_eq!(store.first_unsaved_change(), Some(3));
+    store.committed(4);
+    assert_eq!(store.first_unsaved_change(), Some(5));
+    // A roll-back forgets them all.
+    store.take_proposal();
+    store.drop_pending();
+    assert_eq!(store.first_unsaved_change(), None);
+    let _ = fs::remove_dir_all(&dir);
+}

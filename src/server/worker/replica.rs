@@ -305,29 +305,40 @@ impl ShardCtx {
 
     /// Stops serving: the state not known to be committed is dropped, parked acquires are
     /// answered `MOVED` (or `CLUSTERDOWN`), and the replies waiting for proposals up to
-    /// `unknown` get `LEADERCHANGED`, those after it `TRYAGAIN`.
+    /// `unknown` that may show a change get `LEADERCHANGED`, the others `TRYAGAIN`: a read
+    /// that showed only committed changes is safe to send again, and cluster clients do.
     fn stand_by(&self, node: &Handle, unknown: u64) {
         let Some(leader) = self.serving_as() else {
             return;
         };
         *self.leading.borrow_mut() = Leading::Standby;
-        let (saved, last) = {
+        let (saved, last, first_change) = {
             let mut store = self.store.borrow_mut();
+            let first_change = store.first_unsaved_change();
             store.drop_pending();
-            (store.saved_lsn(), store.last_lsn())
+            (store.saved_lsn(), store.last_lsn(), first_change)
         };
+        let nothing_changed = || Error::TryAgain("leadership moved: nothing was changed".into());
+        // Replies up to `reads` changed nothing and showed only committed changes.
+        let reads = first_change.map_or(unknown, |f| f.saturating_sub(1).max(saved).min(unknown));
+        if reads > saved {
+            self.global
+                .roll_back(self.id, saved, reads, nothing_changed());
+        }
         if unknown > saved {
             self.tainted.set(Some(leader));
+        }
+        if unknown > reads {
             let e = Error::LeaderChanged(
                 "leadership moved before this change was known to be committed: it may or may \
                  not have taken effect"
                     .into(),
             );
-            self.global.roll_back(self.id, saved, unknown, e);
+            self.global.roll_back(self.id, reads, unknown, e);
         }
         if last > unknown.max(saved) {
-            let e = Error::TryAgain("leadership moved: nothing was changed".into());
-            self.global.roll_back(self.id, unknown.max(saved), last, e);
+            self.global
+                .roll_back(self.id, unknown.max(saved), last, nothing_changed());
         }
         let slots: Vec<(u16, Parked)> = {
             let engine = self.engine.borrow();
