@@ -60,8 +60,11 @@ fn main() {
         return;
     }
     let config = Config::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(permitd::cluster::log_filter(&config.log_level))
+            .unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(permitd::cluster::log_filter("info"))
+            });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -1,6 +1,6 @@
-//! Cluster mode (SPEC §10), stage 1 in progress: the storage openraft runs on, the peer
-//! network and the node runtime. Not wired into the server yet; with no cluster option nothing
-//! here runs.
+//! Cluster mode (SPEC §10): the storage openraft runs on, the peer network and the node
+//! runtime; `server/cluster.rs` and `server/worker/replica.rs` run the server on them. With no
+//! cluster option nothing here runs.
 //!
 //! Every openraft type is named in this module and its files only, so that an alpha upgrade
 //! stays here (`shared/design/replication.md` §2.4):
@@ -12,11 +12,12 @@
 //!   replay, with snapshots of `persist`'s per-shard encoding;
 //! - `wire.rs`: the RPCs peers exchange, one frame each; `auth.rs`: the cluster-secret
 //!   handshake that opens every peer connection;
+//! - `stamps.rs`: the clock guard's evidence, the send times of the leaders' appends;
 //! - `network.rs`: openraft's network over pooled TCP connections, and the listener serving
 //!   peers' RPCs;
 //! - `config.rs`: a node's cluster settings and `--cluster-init`'s parsing;
 //! - `node.rs`: the Raft thread and its runtime, `--cluster-init`, and the `Send` handle the
-//!   server will use (writes, status, linearizable reads, leader transfer).
+//!   server uses (writes, status, linearizable reads, leader transfer).
 
 pub mod auth;
 pub mod codec;
@@ -31,6 +32,19 @@ pub mod wire;
 mod writer;
 
 use entry::ShardEntry;
+
+/// The log filter for `--log-level` `level`: openraft's heartbeat worker and replication
+/// streams warn at each try while a peer is down (10-12 lines a second on the leader for one
+/// dead follower, measured), so they log errors only, unless `level` names openraft itself.
+/// `network.rs` says once that a peer cannot be reached, `node.rs` when a follower stops
+/// answering the leader and when it answers again.
+pub fn log_filter(level: &str) -> String {
+    if level.contains("openraft") {
+        level.to_string()
+    } else {
+        format!("{level},openraft::core::heartbeat=error,openraft::replication=error")
+    }
+}
 
 /// A voter's addresses, kept in the membership (which lives in the log).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

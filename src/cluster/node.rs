@@ -684,6 +684,7 @@ fn publish_status(raft: &Raft, mut heard: watch::Receiver<Heard>) -> watch::Rece
                     return false;
                 }
                 let change = now.change(&status);
+                log_liveness(now, &status);
                 *now = status;
                 match change {
                     Change::AckAges => false,
@@ -700,6 +701,34 @@ fn publish_status(raft: &Raft, mut heard: watch::Receiver<Heard>) -> watch::Rece
         }
     });
     rx
+}
+
+/// Logs what an operator acts on of a change from `was` to `now`: a follower that stopped
+/// answering the leader, or answers again (on the leader), and a leader that went silent, or
+/// is heard again (on a follower).
+fn log_liveness(was: &Status, now: &Status) {
+    for p in &now.peers {
+        let before = was.peers.iter().find(|b| b.id == p.id);
+        match (before.and_then(|b| b.answering), p.answering) {
+            (Some(true), Some(false)) => tracing::warn!(
+                node = p.id,
+                addr = %p.raft_addr,
+                "a follower stopped answering: the topology shows it failed"
+            ),
+            (Some(false), Some(true)) => tracing::info!(node = p.id, "a follower answers again"),
+            _ => {}
+        }
+    }
+    if now.role == Role::Follower && was.role == Role::Follower {
+        match (&was.leader, &now.leader) {
+            (Some(l), None) => tracing::warn!(
+                leader = l.id,
+                "the leader went silent: no leader known (CLUSTERDOWN) until one is heard"
+            ),
+            (None, Some(l)) => tracing::info!(leader = l.id, "following the leader"),
+            _ => {}
+        }
+    }
 }
 
 /// `--cluster-init`: refuses on a node that already belongs to a cluster, or when a listed

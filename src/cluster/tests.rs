@@ -1,5 +1,5 @@
 //! The Raft storage against openraft's conformance suite, and what restarts, crashes and
-//! damage leave of it; the state machine against the single-node replay.
+//! damage leave of it; the state machine against the single-node replay; the log filter.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -438,4 +438,21 @@ fn a_membership_with_addresses_survives_the_log() {
         let mut log = LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
         assert_eq!(all(&mut log).await, vec![ent]);
     });
+}
+
+#[test]
+fn the_log_filter_quietens_openraft_retries_unless_it_is_named() {
+    for level in ["info", "debug", "warn,permitd=trace"] {
+        let filter = super::log_filter(level);
+        assert!(filter.starts_with(level), "{filter}");
+        assert!(
+            filter.contains("openraft::core::heartbeat=error"),
+            "{filter}"
+        );
+        assert!(
+            tracing_subscriber::EnvFilter::try_new(&filter).is_ok(),
+            "{filter}"
+        );
+    }
+    assert_eq!(super::log_filter("openraft=debug"), "openraft=debug");
 }
