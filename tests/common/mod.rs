@@ -135,7 +135,7 @@ impl Server {
     /// and what it wrote to stderr. Panics if it is still running after [`START_TIMEOUT`].
     pub fn refused(args: &[&str]) -> (std::process::ExitStatus, String) {
         let root = unique_temp_dir();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_permitd"))
+        let child = Command::new(env!("CARGO_BIN_EXE_permitd"))
             .args([
                 "--bind",
                 "127.0.0.1",
@@ -150,24 +150,26 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn permitd");
-        let deadline = Instant::now() + START_TIMEOUT;
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait for permitd") {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("permitd started with {args:?}, where it should have refused");
-            }
-            thread::sleep(Duration::from_millis(20));
-        };
-        let mut stderr = String::new();
-        let _ = child
-            .stderr
-            .take()
-            .map(|mut e| e.read_to_string(&mut stderr));
+        let refusal = wait_refusal(child, args);
         let _ = fs::remove_dir_all(&root);
-        (status, stderr)
+        refusal
+    }
+
+    /// Starts the server again on its port and data directory (SIGKILLing it first if it still
+    /// runs) with `args` in place of its extra options, and expects it to refuse to start:
+    /// returns its exit status and what it wrote to stderr, as [`Server::refused`]. The options
+    /// it was started with stay those of a later [`Server::restart`].
+    pub fn refused_restart_with(&mut self, args: &[&str]) -> (std::process::ExitStatus, String) {
+        self.kill9();
+        let extra: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let child = self
+            .command(&extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn permitd");
+        wait_refusal(child, args)
     }
 
     /// Waits up to `timeout` for the server to exit by itself, and returns how it exited
@@ -317,25 +319,31 @@ impl Server {
         RawConn::connect(self.addr())
     }
 
-    fn spawn_and_wait(&mut self) -> Result<(), String> {
-        let stderr = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .map_err(|e| format!("open log: {e}"))?;
+    /// The server's command line on its port and data directory, with `extra` options.
+    fn command(&self, extra: &[String]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_permitd"));
-        if !self.extra.iter().any(|a| a == "--bind") {
+        if !extra.iter().any(|a| a == "--bind") {
             cmd.arg("--bind").arg("127.0.0.1");
         }
         cmd.arg("--port")
             .arg(self.port.to_string())
             .arg("--dir")
             .arg(&self.dir);
-        if !self.extra.iter().any(|a| a == "--shards") {
+        if !extra.iter().any(|a| a == "--shards") {
             cmd.arg("--shards").arg("2");
         }
-        cmd.args(&self.extra)
-            .stdin(Stdio::null())
+        cmd.args(extra);
+        cmd
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let stderr = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("open log: {e}"))?;
+        let mut cmd = self.command(&self.extra);
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(stderr));
         let child = cmd.spawn().map_err(|e| format!("spawn permitd: {e}"))?;
@@ -412,6 +420,30 @@ pub fn unique_temp_dir() -> PathBuf {
     ));
     fs::create_dir_all(&p).expect("create temp dir");
     p
+}
+
+/// Waits for `child`, a server started with `args` that should refuse to start, to exit: its
+/// exit status and what it wrote to stderr (piped). Panics (killing it) if it still runs after
+/// [`START_TIMEOUT`].
+fn wait_refusal(mut child: Child, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for permitd") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("permitd started with {args:?}, where it should have refused");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .map(|mut e| e.read_to_string(&mut stderr));
+    (status, stderr)
 }
 
 /// One PING over a fresh connection; true when the server answered (`+PONG`, or `-NOAUTH` when a
