@@ -5,7 +5,8 @@
 //! over; a node behind a port mapping is announced everywhere at its `--cluster-announce`
 //! address; a node restarted while its peers are down knows no leader, nor does one whose
 //! leader and other peer stopped; the leader shows a follower that stopped answering as
-//! failed, and lists it again once it answers. Bounds are generous
+//! failed, and lists it again once it answers; a node's `--dir` is refused to a single node
+//! and to another node id. Bounds are generous
 //! (elections start 0.9-1.2 s after a leader dies; a loaded 2-core box is slower).
 
 mod cluster_harness;
@@ -175,6 +176,113 @@ fn a_single_node_has_no_raft_section_and_refuses_cluster_options_without_a_node_
         log.contains("--cluster-init needs --cluster-node-id"),
         "{log}"
     );
+}
+
+/// Every path under `dir` with its size and modification time: what a start wrote there.
+fn tree(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for item in std::fs::read_dir(&d).unwrap() {
+            let path = item.unwrap().path();
+            let meta = std::fs::metadata(&path).unwrap();
+            if meta.is_dir() {
+                todo.push(path.clone());
+            }
+            out.push((path, meta.len(), meta.modified().unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A cluster node's `--dir` is that node's (SPEC §10: ids are unique, never reused). Started
+/// without its cluster options it is refused, naming the node, instead of serving as an empty
+/// single node whose writes never reach the cluster; started under another id it is refused;
+/// both before anything is written to it, and the node then starts with its usual options, its
+/// data there. A `raft/` made before nodes recorded their id (no `raft/node-id`) is taken as the
+/// id given, which is then recorded.
+#[test]
+fn a_cluster_nodes_dir_is_refused_without_its_cluster_options_and_under_another_id() {
+    let ports = free_ports(2);
+    let mut members =
+        start_cluster(&[(ports[0], ports[1])], |_| Vec::new()).unwrap_or_else(|e| panic!("{e}"));
+    wait_for_leader(&members, &[0]);
+    ok(&mut members[0].server.conn(), &["NS.CREATE", "kept"]);
+    let args = members[0].args.clone();
+    let own: Vec<&str> = args.iter().map(String::as_str).collect();
+    let five: Vec<&str> = own
+        .iter()
+        .map(|&a| if a == "1" { "5" } else { a })
+        .collect();
+    assert_eq!(five[..2], ["--cluster-node-id", "5"]);
+    let id_file = members[0].server.dir().join("raft").join("node-id");
+    assert!(id_file.is_file(), "node 1 did not record its id");
+    let refused = |server: &mut Server, args: &[&str], why: &str| {
+        server.kill9();
+        let before = tree(server.dir());
+        let (status, err) = server.refused_restart_with(args);
+        assert!(!status.success(), "{args:?}: {status}");
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert_eq!(
+            tree(server.dir()),
+            before,
+            "{args:?}: the refused start wrote to its --dir"
+        );
+    };
+    let server = &mut members[0].server;
+    refused(
+        server,
+        &[],
+        "belongs to cluster node 1 (its Raft log is in ",
+    );
+    refused(
+        server,
+        &[],
+        "start it with its cluster options (--cluster-node-id 1 ...)",
+    );
+    refused(server, &five, "belongs to cluster node 1, not 5");
+    server.restart_with(&own);
+    wait_for_leader(&members, &[0]);
+    ok(&mut members[0].server.conn(), &["NS.GET", "kept"]);
+    // A node's dir from before ids were recorded.
+    let server = &mut members[0].server;
+    server.kill9();
+    std::fs::remove_file(&id_file).unwrap();
+    refused(
+        server,
+        &[],
+        "belongs to a cluster node (its Raft log is in ",
+    );
+    server.restart_with(&own);
+    assert!(
+        id_file.is_file(),
+        "node 1 did not record its id in its old dir"
+    );
+    wait_for_leader(&members, &[0]);
+    ok(&mut members[0].server.conn(), &["NS.GET", "kept"]);
+    refused(
+        &mut members[0].server,
+        &five,
+        "belongs to cluster node 1, not 5",
+    );
+}
+
+/// A single node's `--dir` started with cluster options is refused (its data would be set
+/// aside) and left a single node's: it starts again without them, its data there.
+#[test]
+fn a_single_nodes_dir_refused_to_cluster_mode_stays_a_single_nodes() {
+    let mut server = Server::start();
+    ok(&mut server.conn(), &["NS.CREATE", "kept"]);
+    let (status, err) = server.refused_restart_with(&["--cluster-node-id", "1"]);
+    assert!(!status.success());
+    assert!(err.contains("holds a single node's data"), "{err}");
+    assert!(
+        !server.dir().join("raft").exists(),
+        "the refused start left a raft/"
+    );
+    server.restart();
+    ok(&mut server.conn(), &["NS.GET", "kept"]);
 }
 
 #[test]

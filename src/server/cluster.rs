@@ -4,12 +4,14 @@
 //! single node and none of this runs.
 
 use std::collections::HashMap;
+use std::fs;
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::global::Global;
 use super::topology::{Member, Topology};
@@ -21,7 +23,9 @@ use crate::command::slot::key_slot;
 use crate::command::table::{AclCat, CommandSpec};
 use crate::config::Config;
 use crate::error::Error;
-use crate::persist::ShardState;
+use crate::persist::codec::Enc;
+use crate::persist::log::{frame_with, scan_with};
+use crate::persist::{sync_dir, write_file_synced, ShardState};
 
 /// How long a stopping leader waits for a follower to take over before it stops anyway.
 const HAND_OVER_WAIT: Duration = Duration::from_secs(3);
@@ -30,6 +34,112 @@ const HAND_OVER_WAIT: Duration = Duration::from_secs(3);
 /// `incoming/`): in cluster mode the Raft log is the shards' durable log (their own log files
 /// stay empty).
 pub const NODE_DIR: &str = "raft";
+
+/// The file in [`NODE_DIR`] that names the cluster node the `--dir` belongs to: one frame (as
+/// the Raft log's `meta`) holding its id, written once, atomically and fsynced, when the node
+/// first starts on the folder. A restart under another `--cluster-node-id` is refused by it
+/// (ids are unique and never reused, SPEC §10), and a start without cluster options says whose
+/// folder it is.
+pub const ID_FILE: &str = "node-id";
+
+/// Whose a `--dir` is, as its [`NODE_DIR`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// No [`NODE_DIR`]: no cluster node's.
+    Nobody,
+    /// A [`NODE_DIR`] without [`ID_FILE`]: a cluster node's, made before nodes recorded their
+    /// id.
+    Unnamed,
+    /// Cluster node N's.
+    Node(u64),
+}
+
+/// Whose `node_dir` (a `--dir`'s [`NODE_DIR`]) is; an error naming the file when it cannot be
+/// read or its [`ID_FILE`] is damaged.
+fn owner(node_dir: &Path) -> Result<Owner, String> {
+    match fs::metadata(node_dir) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Owner::Nobody),
+        Err(e) => return Err(format!("{}: {e}", node_dir.display())),
+    }
+    let path = node_dir.join(ID_FILE);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Owner::Unnamed),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    // Replaced by rename, so it is whole or absent: anything but one intact frame is damage.
+    match scan_with(Bytes::from(bytes), false, |d| d.u64()) {
+        Ok(s) if s.records.len() == 1 && s.torn_at.is_none() && s.records[0] >= 1 => {
+            Ok(Owner::Node(s.records[0]))
+        }
+        _ => Err(format!(
+            "{}: corrupt cluster node id file (it names the node this --dir belongs to)",
+            path.display()
+        )),
+    }
+}
+
+/// Checks, before anything is written to it, that `config`'s `--dir` is the node's these
+/// options start. A single node refuses a cluster node's folder: it would start empty beside
+/// the Raft log, and take writes the cluster never sees. A cluster node refuses the folder of
+/// another node id: ids are never reused (SPEC §10).
+pub fn check_dir(config: &Config) -> Result<(), String> {
+    let dir = &config.dir;
+    let node_dir = dir.join(NODE_DIR);
+    match (config.cluster_node_id, owner(&node_dir)?) {
+        (None, Owner::Nobody) | (Some(_), Owner::Nobody | Owner::Unnamed) => Ok(()),
+        (Some(id), Owner::Node(n)) if n == id => Ok(()),
+        (None, owner) => {
+            let (whose, id) = match owner {
+                Owner::Node(n) => (format!("cluster node {n}"), n.to_string()),
+                _ => ("a cluster node".to_string(), "N".to_string()),
+            };
+            Err(format!(
+                "{} belongs to {whose} (its Raft log is in {}): start it with its cluster \
+                 options (--cluster-node-id {id} ...). Without them it would start as an empty \
+                 single node, whose writes never reach the cluster",
+                dir.display(),
+                node_dir.display()
+            ))
+        }
+        (Some(id), Owner::Node(n)) => Err(format!(
+            "{} belongs to cluster node {n}, not {id} ({} says so): node ids are never reused. \
+             Start it with --cluster-node-id {n}, or node {id} on an empty --dir of its own (a \
+             copy of another node's {NODE_DIR}/, to replace or restore a node, goes without \
+             its {ID_FILE} file: docs/operations.md)",
+            dir.display(),
+            node_dir.join(ID_FILE).display()
+        )),
+    }
+}
+
+/// Records node `id` in `node_dir` ([`ID_FILE`]), unless [`check_dir`] found it there: on the
+/// node's first start on an empty `--dir`, and on a [`NODE_DIR`] made before nodes recorded
+/// their id (no record of it existed then, so the id given is taken as the node's). Called
+/// once every other check passed, just before the node starts: a start refused for its
+/// options, or for a single node's data in the `--dir`, leaves no [`NODE_DIR`] behind.
+pub fn record_id(node_dir: &Path, id: u64) -> Result<(), String> {
+    let fresh = match owner(node_dir)? {
+        Owner::Node(_) => return Ok(()),
+        Owner::Unnamed => false,
+        Owner::Nobody => true,
+    };
+    let at = |p: &Path, e: io::Error| format!("{}: {e}", p.display());
+    if fresh {
+        fs::create_dir_all(node_dir).map_err(|e| at(node_dir, e))?;
+        // The folder's own entry, as the id file's below.
+        let parent = node_dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        sync_dir(parent).map_err(|e| at(parent, e))?;
+    }
+    let mut bytes = BytesMut::new();
+    frame_with(&mut bytes, |out| Enc(out).u64(id));
+    let path = node_dir.join(ID_FILE);
+    write_file_synced(&path, &bytes).map_err(|e| at(&path, e))
+}
 
 /// Cluster mode starts on a `--dir` without a single node's data: the shards' state comes from
 /// the cluster, and data found beside it would be silently set aside.
@@ -474,6 +584,71 @@ mod tests {
         std::fs::write(&file, "\nsecret on line two\n").unwrap();
         let err = settings(&config(&with_file), 1).unwrap_err();
         assert!(err.contains("the first line is empty"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A new, empty folder for one test.
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("permitd-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_cluster_nodes_dir_is_refused_to_a_single_node_and_to_another_node_id() {
+        let dir = temp_dir("node-dir");
+        let d = dir.to_str().unwrap();
+        let single = config(&["--dir", d]);
+        let node = |id: &str| config(&["--dir", d, "--cluster-node-id", id]);
+        // A fresh --dir: anyone's; checking writes nothing.
+        assert_eq!(check_dir(&single), Ok(()));
+        assert_eq!(check_dir(&node("1")), Ok(()));
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        // Node 1's first start records it.
+        let node_dir = dir.join(NODE_DIR);
+        record_id(&node_dir, 1).unwrap();
+        assert_eq!(owner(&node_dir), Ok(Owner::Node(1)));
+        assert_eq!(check_dir(&node("1")), Ok(()));
+        let err = check_dir(&node("5")).unwrap_err();
+        assert!(
+            err.starts_with(&format!("{d} belongs to cluster node 1, not 5 (")),
+            "{err}"
+        );
+        assert!(err.contains("--cluster-node-id 1"), "{err}");
+        let err = check_dir(&single).unwrap_err();
+        assert!(
+            err.starts_with(&format!(
+                "{d} belongs to cluster node 1 (its Raft log is in "
+            )),
+            "{err}"
+        );
+        assert!(err.contains("start it with its cluster options (--cluster-node-id 1 ...)"));
+        // Recording again keeps the id it has.
+        record_id(&node_dir, 5).unwrap();
+        assert_eq!(owner(&node_dir), Ok(Owner::Node(1)));
+        // A raft/ from before ids were recorded: a cluster node's, which one unknown; the first
+        // start with an id records it.
+        std::fs::remove_file(node_dir.join(ID_FILE)).unwrap();
+        let err = check_dir(&single).unwrap_err();
+        assert!(
+            err.contains("belongs to a cluster node (its Raft log"),
+            "{err}"
+        );
+        assert!(err.contains("(--cluster-node-id N ...)"), "{err}");
+        assert_eq!(check_dir(&node("5")), Ok(()));
+        record_id(&node_dir, 5).unwrap();
+        assert_eq!(owner(&node_dir), Ok(Owner::Node(5)));
+        assert!(check_dir(&node("1")).unwrap_err().contains("node 5, not 1"));
+        // A damaged id file stops every start, naming it.
+        std::fs::write(node_dir.join(ID_FILE), b"5\n").unwrap();
+        for c in [&single, &node("5")] {
+            let err = check_dir(c).unwrap_err();
+            assert!(
+                err.contains("node-id: corrupt cluster node id file"),
+                "{err}"
+            );
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

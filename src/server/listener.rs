@@ -52,6 +52,11 @@ pub fn run(config: Config) -> std::io::Result<()> {
         None => None,
     };
     let n = config.shard_count();
+    // Before anything is written to --dir (loading writes a new generation of it): options
+    // that do not fit together, and a --dir that is another node's, are refused leaving it
+    // as it was.
+    let node_cfg = cluster::settings(&config, n).map_err(std::io::Error::other)?;
+    cluster::check_dir(&config).map_err(std::io::Error::other)?;
     let started = Instant::now();
     let loaded = crate::persist::load(&config.dir, n, config.repair_log).map_err(|e| {
         std::io::Error::other(format!(
@@ -89,11 +94,12 @@ pub fn run(config: Config) -> std::io::Result<()> {
         topology,
         senders,
     ));
-    let node = match cluster::settings(&global.config, n).map_err(std::io::Error::other)? {
+    let node = match node_cfg {
         Some(mut cfg) => {
             cfg.wall = global.wall();
             cluster::check_no_single_node_data(&loaded.shards, &global.config.dir)
                 .map_err(std::io::Error::other)?;
+            cluster::record_id(&cfg.dir, cfg.id).map_err(std::io::Error::other)?;
             let node = crate::cluster::node::Node::start(cfg).map_err(std::io::Error::other)?;
             tracing::info!(addr = %node.raft_addr(), "cluster port ready");
             // Before the shards start: in cluster mode they replicate through it.
