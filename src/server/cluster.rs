@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::persist::codec::Enc;
 use crate::persist::log::{frame_with, scan_with};
-use crate::persist::{sync_dir, write_file_synced, ShardState};
+use crate::persist::{sync_dir, write_file_synced, Fsync, ShardState};
 
 /// How long a stopping leader waits for a follower to take over before it stops anyway.
 const HAND_OVER_WAIT: Duration = Duration::from_secs(3);
@@ -173,7 +173,11 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
     let ip: IpAddr = bind
         .parse()
         .map_err(|_| format!("{option} {bind}: cluster mode needs an IP address"))?;
+    check_cluster_mode_options(config)?;
     let secret = match (&config.cluster_secret, &config.cluster_secret_file) {
+        (Some(s), _) if s.is_empty() => {
+            return Err("--cluster-secret: the secret is empty".into());
+        }
         (Some(s), _) => Secret::new(s.as_bytes()),
         (None, Some(path)) => Secret::new(read_secret(path)?),
         (None, None) => Secret::new(Vec::new()),
@@ -193,6 +197,39 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
     };
     cfg.check()?;
     Ok(Some(cfg))
+}
+
+/// Refuses, in cluster mode, the options that do not apply there or that cluster mode bounds,
+/// rather than accept them and do otherwise.
+fn check_cluster_mode_options(config: &Config) -> Result<(), String> {
+    // The Raft log is the shards' durable log in cluster mode (their own log files stay empty),
+    // and it is fdatasync'd before every acknowledgement whatever --fsync says: `no` and
+    // `everysec` would be a lie in CONFIG GET and INFO. `always` says what it does (scripts
+    // give it to single nodes and cluster nodes alike).
+    if config.fsync != Fsync::Always {
+        return Err(format!(
+            "--fsync {}: cluster mode fdatasyncs its Raft log at every commit: --fsync does \
+             not apply (leave it out, or give always)",
+            config.fsync.as_str()
+        ));
+    }
+    if config.repair_log {
+        return Err(
+            "--repair-log does not apply in cluster mode: a node whose Raft log is damaged is \
+             replaced (docs/operations.md)"
+                .into(),
+        );
+    }
+    // A new leader extends the leases alive to its promotion plus the grace: past the longest
+    // ttl, a failover would keep a lease longer than any LEASE.CREATE or refresh could.
+    if config.failover_lease_grace > config.max_lease_ttl as f64 {
+        return Err(format!(
+            "--failover-lease-grace {} is above --max-lease-ttl {}: a failover would keep \
+             leases longer than any ttl may (give at most {})",
+            config.failover_lease_grace, config.max_lease_ttl, config.max_lease_ttl
+        ));
+    }
+    Ok(())
 }
 
 /// The first cluster option given besides `--cluster-node-id`, by its name.
@@ -585,6 +622,77 @@ mod tests {
         let err = settings(&config(&with_file), 1).unwrap_err();
         assert!(err.contains("the first line is empty"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_empty_cluster_secret_is_refused_as_an_empty_secret_file_is() {
+        let err = settings(
+            &config(&["--cluster-node-id", "1", "--cluster-secret", ""]),
+            1,
+        );
+        assert_eq!(err.unwrap_err(), "--cluster-secret: the secret is empty");
+        let c = settings(
+            &config(&["--cluster-node-id", "1", "--cluster-secret", "s"]),
+            1,
+        );
+        assert!(c.unwrap().is_some());
+    }
+
+    #[test]
+    fn fsync_other_than_always_and_repair_log_are_refused_in_cluster_mode() {
+        for policy in ["no", "everysec"] {
+            let err =
+                settings(&config(&["--cluster-node-id", "1", "--fsync", policy]), 1).unwrap_err();
+            assert!(
+                err.starts_with(&format!("--fsync {policy}: cluster mode fdatasyncs its Raft log at every commit: --fsync does not apply")),
+                "{err}"
+            );
+            // A single node's policy, as before.
+            assert!(settings(&config(&["--fsync", policy]), 1)
+                .unwrap()
+                .is_none());
+        }
+        let always = config(&["--cluster-node-id", "1", "--fsync", "always"]);
+        assert!(settings(&always, 1).unwrap().is_some());
+        let err = settings(&config(&["--cluster-node-id", "1", "--repair-log"]), 1).unwrap_err();
+        assert!(
+            err.starts_with("--repair-log does not apply in cluster mode"),
+            "{err}"
+        );
+        assert!(settings(&config(&["--repair-log"]), 1).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_failover_lease_grace_is_at_most_the_longest_lease_ttl() {
+        let grace = |extra: &[&str]| {
+            let args: Vec<&str> = ["--cluster-node-id", "1"]
+                .iter()
+                .chain(extra)
+                .copied()
+                .collect();
+            settings(&config(&args), 1).map(|c| c.is_some())
+        };
+        let err = grace(&["--failover-lease-grace", "1e9"]).unwrap_err();
+        assert_eq!(
+            err,
+            "--failover-lease-grace 1000000000 is above --max-lease-ttl 300: a failover would \
+             keep leases longer than any ttl may (give at most 300)"
+        );
+        assert_eq!(grace(&["--failover-lease-grace", "300"]), Ok(true));
+        assert_eq!(grace(&["--failover-lease-grace", "0"]), Ok(true));
+        // The default grace (2 s) against a shorter longest ttl.
+        let err = grace(&["--max-lease-ttl", "1"]).unwrap_err();
+        assert!(
+            err.starts_with("--failover-lease-grace 2 is above --max-lease-ttl 1"),
+            "{err}"
+        );
+        assert_eq!(
+            grace(&["--max-lease-ttl", "1", "--failover-lease-grace", "0.5"]),
+            Ok(true)
+        );
+        // A single node has no failover: the option is not used, nor checked.
+        let single = config(&["--max-lease-ttl", "1", "--failover-lease-grace", "1e9"]);
+        assert!(settings(&single, 1).unwrap().is_none());
     }
 
     /// A new, empty folder for one test.
