@@ -244,8 +244,9 @@ pub struct Config {
     pub cluster_port: Option<u16>,
 
     /// Cluster mode: the client address (`host:port`) the other nodes send clients to, in
-    /// `MOVED` and `CLUSTER SLOTS`, when it is not the one `--cluster-init` named (a node behind
-    /// NAT or a port mapping). The node has the leader record it in the membership.
+    /// `MOVED` and `CLUSTER SLOTS` (default `--bind` and `--port`; with an unspecified `--bind`
+    /// such as 0.0.0.0, the one `--cluster-init` named). Give it for a node behind NAT or a port
+    /// mapping. The node has the leader record it in the membership.
     #[arg(long, env = "PERMITD_CLUSTER_ANNOUNCE", value_parser = host_port)]
     pub cluster_announce: Option<String>,
 

@@ -415,6 +415,40 @@ fn cluster_nodes(server: &Server) -> String {
 }
 
 #[test]
+fn a_node_is_announced_at_its_bind_address_and_port_whatever_cluster_init_named() {
+    // SPEC §10: --cluster-announce defaults to the node's --bind and --port. The list names
+    // wrong client ports for nodes 1 and 2 (a typo), which clients could not reach.
+    let ports = free_ports(8);
+    let pairs: Vec<(u16, u16)> = (0..3).map(|i| (ports[i], ports[3 + i])).collect();
+    let named = [ports[6], ports[7], pairs[2].0];
+    let members =
+        start_cluster_naming(&pairs, &named, |_| Vec::new()).unwrap_or_else(|e| panic!("{e}"));
+    let all = [0, 1, 2];
+    wait_for_leader(&members, &all);
+    let listed = |i: usize| {
+        let mut got: Vec<String> = slots_nodes(&members[i].server)
+            .into_iter()
+            .map(|(at, _)| at)
+            .collect();
+        got.sort();
+        got
+    };
+    let mut real: Vec<String> = pairs
+        .iter()
+        .map(|(p, _)| format!("127.0.0.1:{p}"))
+        .collect();
+    real.sort();
+    let everywhere = wait_until(SETTLE, || all.iter().all(|&i| listed(i) == real));
+    assert!(
+        everywhere,
+        "{:?} {:?} {:?}",
+        listed(0),
+        listed(1),
+        listed(2)
+    );
+}
+
+#[test]
 fn a_node_behind_a_port_mapping_is_announced_at_its_cluster_announce_address() {
     let started = Instant::now();
     let ports = free_ports(6);

@@ -63,9 +63,10 @@ pub struct ClusterConfig {
     pub secret: Secret,
     /// `--cluster-init`: the voters, this node among them; forms the cluster on an empty dir.
     pub init: Option<Members>,
-    /// `--cluster-announce`: the client address this node's membership entry must carry (what
-    /// the other nodes hand out in `MOVED` and `CLUSTER SLOTS`); `None` keeps the one
-    /// `--cluster-init` named.
+    /// The client address this node's membership entry must carry (what the other nodes hand
+    /// out in `MOVED` and `CLUSTER SLOTS`): `--cluster-announce`, by default `--bind` and
+    /// `--port` (SPEC §10); `None` (an unspecified `--bind`, 0.0.0.0 say, which names no
+    /// address to reach) keeps the one `--cluster-init` named.
     pub announce: Option<String>,
     /// Raft's timing.
     pub timing: Timing,

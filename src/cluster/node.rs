@@ -799,20 +799,20 @@ async fn announce(
             None => {}
             Some(now) if *now == addr => {
                 if attempts > 0 {
-                    tracing::info!(addr = %addr, "cluster: the membership announces this node at its --cluster-announce address");
+                    tracing::info!(addr = %addr, "cluster: the membership announces this node at its client address");
                 }
                 attempts = 0;
             }
             Some(now) => {
                 if attempts == 0 {
-                    tracing::info!(addr = %addr, was = %now, "cluster: asking the leader to announce this node at its --cluster-announce address");
+                    tracing::info!(addr = %addr, was = %now, "cluster: asking the leader to announce this node at its client address");
                 }
                 attempts += 1;
                 if let Err(why) = ask_to_announce(&raft, &mut network, &s, &addr).await {
                     if attempts.is_multiple_of(ANNOUNCE_QUIET) {
-                        tracing::warn!(addr = %addr, attempts, "cluster: --cluster-announce not recorded yet: {why}");
+                        tracing::warn!(addr = %addr, attempts, "cluster: this node's client address is not recorded yet: {why}");
                     } else {
-                        tracing::debug!(addr = %addr, "cluster: --cluster-announce: {why}");
+                        tracing::debug!(addr = %addr, "cluster: announcing this node's client address: {why}");
                     }
                 }
                 tokio::time::sleep(ANNOUNCE_RETRY).await;

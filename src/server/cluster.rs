@@ -190,13 +190,23 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
         listen: SocketAddr::new(ip, port),
         secret,
         init,
-        announce: config.cluster_announce.clone(),
+        announce: config
+            .cluster_announce
+            .clone()
+            .or_else(|| bound_client_addr(config)),
         timing: Timing::default(),
         // The system's clock; the server hands over its own (`Global::wall`).
         wall: Wall::default(),
     };
     cfg.check()?;
     Ok(Some(cfg))
+}
+
+/// The client address `--bind` and `--port` name, SPEC §10's default for `--cluster-announce`:
+/// none when `--bind` is unspecified (0.0.0.0, ::), which names no address to reach.
+fn bound_client_addr(config: &Config) -> Option<String> {
+    let ip: IpAddr = config.bind.parse().ok()?;
+    (!ip.is_unspecified()).then(|| SocketAddr::new(ip, config.port).to_string())
 }
 
 /// Refuses, in cluster mode, the options that do not apply there or that cluster mode bounds,
@@ -549,11 +559,15 @@ mod tests {
         assert!(entries.contains(&("cluster-announce", "[::1]:7002".to_string())));
         let entries = config(&[]).entries();
         assert!(entries.contains(&("cluster-announce", String::new())));
-        assert!(settings(&config(&["--cluster-node-id", "2"]), 1)
-            .unwrap()
-            .unwrap()
-            .announce
-            .is_none());
+        // Without it, the node is announced at its --bind and --port (SPEC §10), unless --bind
+        // names no address.
+        let announce = |args: &[&str]| settings(&config(args), 1).unwrap().unwrap().announce;
+        let node2 = ["--cluster-node-id", "2", "--port", "7002"];
+        assert_eq!(announce(&node2).as_deref(), Some("127.0.0.1:7002"));
+        let v6 = [&node2[..], &["--bind", "::1"]].concat();
+        assert_eq!(announce(&v6).as_deref(), Some("[::1]:7002"));
+        let any = [&node2[..], &["--bind", "0.0.0.0", "--cluster-secret", "s"]].concat();
+        assert_eq!(announce(&any), None);
         let err = settings(&config(&["--cluster-announce", "10.0.0.2:7002"]), 1).unwrap_err();
         assert_eq!(err, "--cluster-announce needs --cluster-node-id");
         for (bad, why) in [

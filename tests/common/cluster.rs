@@ -27,10 +27,22 @@ pub fn start_cluster(
     ports: &[(u16, u16)],
     extra: impl Fn(usize) -> Vec<String>,
 ) -> Result<Vec<Member>, String> {
+    let named: Vec<u16> = ports.iter().map(|&(p, _)| p).collect();
+    start_cluster_naming(ports, &named, extra)
+}
+
+/// [`start_cluster`] with `--cluster-init` naming client port `named[i]` for node `i`, which
+/// may not be the one it listens on (a mistake in the list, say).
+pub fn start_cluster_naming(
+    ports: &[(u16, u16)],
+    named: &[u16],
+    extra: impl Fn(usize) -> Vec<String>,
+) -> Result<Vec<Member>, String> {
     let init = ports
         .iter()
+        .zip(named)
         .enumerate()
-        .map(|(i, (p, c))| format!("{}=127.0.0.1:{p}@{c}", i + 1))
+        .map(|(i, ((_, c), p))| format!("{}=127.0.0.1:{p}@{c}", i + 1))
         .collect::<Vec<_>>()
         .join(",");
     let mut members = Vec::new();
