@@ -410,6 +410,54 @@ fn redis_exporter_reads_command_and_error_stats() {
 }
 
 #[test]
+fn cluster_series_tell_who_leads_and_which_follower_answers() {
+    let ports = free_ports(9);
+    let pairs: Vec<(u16, u16)> = (0..3).map(|i| (ports[i], ports[3 + i])).collect();
+    let metrics = [ports[6], ports[7], ports[8]];
+    let members = common::cluster::start_cluster(&pairs, |i| {
+        vec!["--metrics-port".into(), metrics[i].to_string()]
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let first = common::cluster::wait_for_leader(&members, &[0, 1, 2]);
+    let leader_id = members[first].id as f64;
+    // Every node names the leader; only the leader says it leads and shows its followers.
+    let named = wait_until(Duration::from_secs(30), || {
+        metrics
+            .iter()
+            .all(|&p| value(&scrape(p), "permitd_cluster_leader_id") == leader_id)
+    });
+    assert!(named);
+    for (i, &p) in metrics.iter().enumerate() {
+        let m = scrape(p);
+        assert_eq!(
+            value(&m, "permitd_cluster_leader"),
+            f64::from(i == first),
+            "{m:?}"
+        );
+        assert!(value(&m, "permitd_cluster_term") >= 1.0, "{m:?}");
+        assert!(value(&m, "permitd_cluster_commit_index") >= 0.0, "{m:?}");
+        let peers = m
+            .keys()
+            .filter(|k| k.starts_with("permitd_cluster_peer_up{"))
+            .count();
+        assert_eq!(peers, if i == first { 2 } else { 0 }, "{m:?}");
+    }
+    // A follower frozen past two leader leases is down on the leader's scrape.
+    let frozen = (first + 1) % 3;
+    let series = format!("permitd_cluster_peer_up{{peer=\"{}\"}}", members[frozen].id);
+    members[frozen].server.signal(libc::SIGSTOP);
+    let down = wait_until(Duration::from_secs(30), || {
+        scrape(metrics[first]).get(&series) == Some(&0.0)
+    });
+    members[frozen].server.signal(libc::SIGCONT);
+    assert!(down, "{:?}", scrape(metrics[first]));
+    let up = wait_until(Duration::from_secs(30), || {
+        scrape(metrics[first]).get(&series) == Some(&1.0)
+    });
+    assert!(up, "{:?}", scrape(metrics[first]));
+}
+
+#[test]
 fn health_in_cluster_mode_answers_200_only_while_a_leader_is_known() {
     // A node that was never part of a cluster knows no leader.
     let port = free_port();

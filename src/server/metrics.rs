@@ -6,7 +6,10 @@
 //! the scraper asks for it (Prometheus does), else Prometheus's text format 0.0.4, which differs
 //! only in how a counter's family is named (see [`to_text_format`]).
 //! Per-namespace and per-semaphore series are capped at `--metrics-max-semaphores`, busiest
-//! first; `permitd_metrics_omitted_*` tell how many were left out.
+//! first; `permitd_metrics_omitted_*` tell how many were left out. In cluster mode the
+//! `permitd_cluster_*` series tell the node's Raft state, from the same status as `INFO raft`;
+//! the others are this node's, so a follower's keyspace series read 0 (its shards hold no
+//! state: the leader's are the cluster's).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -27,6 +30,7 @@ use super::info::{self, Totals};
 use super::msg::{ShardMetrics, ShardMsg};
 use super::semstats::{NsGauge, SemGauge, SemKey, WaitHist};
 use super::stats::Latency;
+use crate::cluster::node::{Role, Status};
 
 /// Upper bounds (seconds) of the command latency histogram's buckets.
 const COMMAND_BUCKETS: [f64; 16] = [
@@ -124,6 +128,8 @@ struct Snapshot {
     namespaces: Vec<NsGauge>,
     semaphores: Vec<SemGauge>,
     waits: Vec<(SemKey, WaitHist)>,
+    /// Cluster mode: the node's Raft status.
+    cluster: Option<Status>,
 }
 
 /// Asks every shard for its figures and merges them, keeping the busiest up to the cap.
@@ -156,6 +162,7 @@ async fn gather(g: &Global) -> Snapshot {
         namespaces,
         semaphores,
         waits,
+        cluster: g.cluster().map(|h| h.status().borrow().clone()),
     }
 }
 
@@ -468,12 +475,71 @@ impl Snapshot {
     }
 }
 
+/// Cluster mode's series: who leads, the term and indexes, and on the leader each follower's
+/// lag and whether it answers (as `INFO raft` tells them).
+fn encode_cluster(s: &Status, enc: &mut DescriptorEncoder) -> Res {
+    single(
+        enc,
+        "permitd_cluster_leader",
+        "1 on the node that leads, 0 on the others",
+        gauge(i64::from(s.role == Role::Leader)),
+    )?;
+    single(
+        enc,
+        "permitd_cluster_leader_id",
+        "The node id of the leader this node knows (0: none known, CLUSTERDOWN)",
+        gauge(s.leader.as_ref().map_or(0, |l| l.id as i64)),
+    )?;
+    single(
+        enc,
+        "permitd_cluster_term",
+        "The Raft term",
+        gauge(s.term as i64),
+    )?;
+    let index = |i: Option<u64>| gauge(i.map_or(-1, |i| i as i64));
+    single(
+        enc,
+        "permitd_cluster_commit_index",
+        "The last committed Raft log index (-1: none)",
+        index(s.committed),
+    )?;
+    single(
+        enc,
+        "permitd_cluster_applied_index",
+        "The last applied Raft log index (-1: none)",
+        index(s.applied),
+    )?;
+    let peer = |id: u64| [("peer", id.to_string())];
+    family(
+        enc,
+        "permitd_cluster_peer_lag",
+        "On the leader: entries of its log a follower does not hold yet",
+        MetricType::Gauge,
+        s.peers
+            .iter()
+            .filter_map(|p| Some((peer(p.id), gauge(p.lag? as i64)))),
+    )?;
+    family(
+        enc,
+        "permitd_cluster_peer_up",
+        "On the leader: 1 while a follower answers, 0 once it answered nothing for two leader leases",
+        MetricType::Gauge,
+        s.peers
+            .iter()
+            .filter_map(|p| Some((peer(p.id), gauge(i64::from(p.answering?))))),
+    )
+}
+
 impl Collector for Snapshot {
     fn encode(&self, mut enc: DescriptorEncoder) -> Res {
         self.encode_commands(&mut enc)?;
         self.encode_server(&mut enc)?;
         self.encode_namespaces(&mut enc)?;
-        self.encode_semaphores(&mut enc)
+        self.encode_semaphores(&mut enc)?;
+        match &self.cluster {
+            Some(s) => encode_cluster(s, &mut enc),
+            None => Ok(()),
+        }
     }
 }
 
