@@ -66,6 +66,12 @@ impl Dec {
         self.buf.is_empty()
     }
 
+    /// Passes over what is left unread (a message of another version, whose layout after the
+    /// part read is not this one's to know).
+    pub fn skip_rest(&mut self) {
+        self.buf.clear();
+    }
+
     fn take(&mut self, n: usize) -> Result<Bytes, DecodeError> {
         if self.buf.len() < n {
             return Err(DecodeError("truncated"));
