@@ -29,7 +29,9 @@ use crate::protocol::RequestLimits;
 /// LSN between two merged ones counts as rolled back too. A connection checks its replies'
 /// LSNs when it writes them, and each roll-back after the first needs a write that succeeded
 /// in between (a second or more of retrying), so only a reply held back across many of them
-/// could be misjudged, and then as failed rather than saved.
+/// could be misjudged, and then as failed rather than saved. In cluster mode a stand-by rolls
+/// back up to three ranges at once, with no write between stand-bys: a merge keeps the
+/// answer that says less ("it may have taken effect" over "nothing was changed").
 const LOST_KEPT: usize = 16;
 
 /// How far a shard's log is saved, and which of its LSNs never will be: the changes rolled
@@ -329,6 +331,9 @@ impl Global {
             if lost.len() > LOST_KEPT {
                 let oldest = lost.remove(0);
                 lost[0].after = oldest.after;
+                if !matches!(oldest.error, Error::TryAgain(_)) {
+                    lost[0].error = oldest.error;
+                }
             }
             d.lost = Some(Arc::new(lost));
         });

@@ -120,6 +120,10 @@ pub struct ShardCtx {
     /// Cluster mode: a leadership the shard stood by from with a proposal of unknown fate
     /// (replica.rs: it does not serve under it again).
     tainted: Cell<Option<LeaderId>>,
+    /// Cluster mode: the LSN up to which a stand-by answered every waiting reply. The next
+    /// one's answers start above it: a later roll-back of the same LSNs would relabel them
+    /// (the newest wins), and a take-over does not move `saved_lsn` or `proposed`.
+    answered: Cell<u64>,
     /// Cluster mode: the shard stood by; whether to take over again is to be decided.
     leadership_wake: Notify,
     /// Commands run by this thread's connections (per thread: no shared counter to contend on).
@@ -177,6 +181,7 @@ impl ShardCtx {
             in_flight: Cell::new(0),
             proposed: Cell::new(0),
             tainted: Cell::new(None),
+            answered: Cell::new(0),
             leadership_wake: Notify::new(),
             commands: Cell::new(0),
             stats: RefCell::new(CommandStats::default()),

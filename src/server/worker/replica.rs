@@ -17,11 +17,12 @@
 //! first proposal carries it), and only then serves. When leadership moves, the shard drops its
 //! state (changes not known to be committed are not trusted), answers its parked acquires
 //! `MOVED` to the new leader (`CLUSTERDOWN` while none is known: they were never granted), and
-//! the replies waiting for its proposals `LEADERCHANGED` (proposed: they may have committed) or
-//! `TRYAGAIN` (never proposed: nothing happened).
+//! the replies waiting for its proposals `LEADERCHANGED` (proposed, they may have committed),
+//! or `TRYAGAIN` (never proposed, or reads that showed only committed changes: nothing
+//! happened; [`Answers`]).
 //!
-//! An idle leader proposes an empty entry every second (shard 0), so that the followers' clock
-//! guard always has fresh stamps of the leader's clock.
+//! An idle leader proposes an empty entry every second (shard 0), so that the log's last
+//! instant, the floor a new leader's clock starts from, is never more than a second old.
 //!
 //! A proposal of unknown fate (leadership moved as it was made, or it did not commit within
 //! [`WRITE_WAIT`]: a leader cut off from its quorum) may still commit later in the same
@@ -57,8 +58,8 @@ const IN_FLIGHT: usize = 4;
 /// How often an idle leader proposes an empty entry (shard 0 only).
 const TICK: Duration = Duration::from_secs(1);
 
-/// How long a proposal may wait to commit before its replies get `LEADERCHANGED` and the
-/// shard stands by (a leader cut off from its quorum).
+/// How long a proposal may wait to commit before the shard stands by and answers its replies
+/// (`LEADERCHANGED`, or `TRYAGAIN` for reads: [`Answers`]; a leader cut off from its quorum).
 const WRITE_WAIT: Duration = Duration::from_secs(5);
 
 /// How far ahead of the previous leaders' clocks a node's clock may run and it still lead:
@@ -113,8 +114,8 @@ impl ShardCtx {
             let (Some(leader), Some((records, lsn))) = (leader, proposal) else {
                 let woken = tokio::time::timeout(TICK, self.flush_wake.notified()).await;
                 if woken.is_err() && self.id == 0 && self.serving_as().is_some() {
-                    // Idle: an empty entry, so that the followers' clock guard has fresh
-                    // stamps of this leader's clock.
+                    // Idle: an empty entry, so that the log's last instant (a new leader's
+                    // clock floor) stays within a second of this leader's clock.
                     self.store.borrow_mut().note_read();
                 }
                 continue;
@@ -318,28 +319,15 @@ impl ShardCtx {
             store.drop_pending();
             (store.saved_lsn(), store.last_lsn(), first_change)
         };
-        let nothing_changed = || Error::TryAgain("leadership moved: nothing was changed".into());
-        // Replies up to `reads` changed nothing and showed only committed changes.
-        let reads = first_change.map_or(unknown, |f| f.saturating_sub(1).max(saved).min(unknown));
-        if reads > saved {
-            self.global
-                .roll_back(self.id, saved, reads, nothing_changed());
-        }
-        if unknown > saved {
+        let floor = saved.max(self.answered.get());
+        let answers = Answers::of(floor, unknown, last, first_change);
+        if answers.unknown_fate.is_some() {
             self.tainted.set(Some(leader));
         }
-        if unknown > reads {
-            let e = Error::LeaderChanged(
-                "leadership moved before this change was known to be committed: it may or may \
-                 not have taken effect"
-                    .into(),
-            );
-            self.global.roll_back(self.id, reads, unknown, e);
+        for ((after, upto), error) in answers.ranges() {
+            self.global.roll_back(self.id, after, upto, error);
         }
-        if last > unknown.max(saved) {
-            self.global
-                .roll_back(self.id, unknown.max(saved), last, nothing_changed());
-        }
+        self.answered.set(last.max(floor));
         let slots: Vec<(u16, Parked)> = {
             let engine = self.engine.borrow();
             let mut parked = self.parked.borrow_mut();
@@ -366,6 +354,55 @@ impl ShardCtx {
             tokio::task::spawn_local(send_to_leader(node.clone(), leader, slots, saved, counted));
         }
         self.leadership_wake.notify_one();
+    }
+}
+
+/// How a stand-by answers the replies waiting on LSNs `(floor, last]` (those up to `floor` are
+/// settled: committed, or answered by a stand-by before), each range `(after, upto]`.
+#[derive(Debug, PartialEq, Eq)]
+struct Answers {
+    /// Before the first change of unknown fate: reads that showed only committed changes
+    /// (`TRYAGAIN`).
+    reads: Option<(u64, u64)>,
+    /// From it up to the last proposed: `LEADERCHANGED`, they may have committed.
+    unknown_fate: Option<(u64, u64)>,
+    /// Never proposed: nothing happened (`TRYAGAIN`).
+    unproposed: Option<(u64, u64)>,
+}
+
+impl Answers {
+    /// For proposals up to `unknown` of unknown fate, the last LSN `last`, and the first change
+    /// not known committed `first_change` (a read waits for a proposal of its own when no
+    /// change is pending, and shares a pending change's LSN otherwise).
+    fn of(floor: u64, unknown: u64, last: u64, first_change: Option<u64>) -> Answers {
+        let unknown = unknown.clamp(floor, last.max(floor));
+        let reads_upto =
+            first_change.map_or(unknown, |f| f.saturating_sub(1).clamp(floor, unknown));
+        let range = |after: u64, upto: u64| (upto > after).then_some((after, upto));
+        Answers {
+            reads: range(floor, reads_upto),
+            unknown_fate: range(reads_upto, unknown),
+            unproposed: range(unknown, last),
+        }
+    }
+
+    /// Each range with the error its replies get.
+    fn ranges(&self) -> impl Iterator<Item = ((u64, u64), Error)> {
+        let nothing = || Error::TryAgain("leadership moved: nothing was changed".into());
+        let maybe = || {
+            Error::LeaderChanged(
+                "leadership moved before this change was known to be committed: it may or may \
+                 not have taken effect"
+                    .into(),
+            )
+        };
+        [
+            self.reads.map(|r| (r, nothing())),
+            self.unknown_fate.map(|r| (r, maybe())),
+            self.unproposed.map(|r| (r, nothing())),
+        ]
+        .into_iter()
+        .flatten()
     }
 }
 
@@ -401,4 +438,61 @@ async fn send_to_leader(
 /// `--failover-lease-grace` in nanoseconds.
 fn grace_nanos(secs: f64) -> Nanos {
     (secs * NANOS_PER_SEC as f64) as Nanos
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Answers;
+
+    #[test]
+    fn a_stand_by_answers_reads_before_the_first_unknown_change_tryagain() {
+        // Saved up to 10; proposals up to 14 of unknown fate, the first change at 12 (11 a
+        // read of its own); 15-16 never proposed.
+        assert_eq!(
+            Answers::of(10, 14, 16, Some(12)),
+            Answers {
+                reads: Some((10, 11)),
+                unknown_fate: Some((11, 14)),
+                unproposed: Some((14, 16)),
+            }
+        );
+        // Reads alone in flight: nothing of unknown fate.
+        assert_eq!(
+            Answers::of(10, 14, 14, None),
+            Answers {
+                reads: Some((10, 14)),
+                unknown_fate: None,
+                unproposed: None,
+            }
+        );
+        // A first change not yet proposed (after `unknown`): the proposals are reads only.
+        assert_eq!(
+            Answers::of(10, 12, 14, Some(13)),
+            Answers {
+                reads: Some((10, 12)),
+                unknown_fate: None,
+                unproposed: Some((12, 14)),
+            }
+        );
+        // The first change right above what is saved: no read before it.
+        assert_eq!(Answers::of(10, 12, 12, Some(11)).reads, None);
+        // A second stand-by before the leadership's first commit (`saved` and `unknown` still
+        // the first's): what the first answered, up to its `last`, is not answered again.
+        assert_eq!(
+            Answers::of(16, 14, 18, Some(17)),
+            Answers {
+                reads: None,
+                unknown_fate: None,
+                unproposed: Some((16, 18)),
+            }
+        );
+        assert_eq!(
+            Answers::of(16, 14, 16, None),
+            Answers {
+                reads: None,
+                unknown_fate: None,
+                unproposed: None,
+            }
+        );
+    }
 }
