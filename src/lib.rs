@@ -2,8 +2,8 @@
 //!
 //! Layers, from the wire in: [`protocol`] (request grammar, reply encoding), [`command`] (the
 //! command table, parsing into typed requests), [`engine`] (the deterministic shard state
-//! machine), [`server`] (listener, connections, shard threads, timers); [`cluster`] (Raft
-//! storage for cluster mode, not yet wired into the server) sits beside [`persist`].
+//! machine), [`server`] (listener, connections, shard threads, timers); [`cluster`] (cluster
+//! mode's Raft node: storage, peer network, runtime) sits beside [`persist`].
 
 #![warn(missing_docs)]
 

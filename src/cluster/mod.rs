@@ -35,11 +35,12 @@ use entry::ShardEntry;
 
 /// The log filter for `--log-level` `level`: openraft's heartbeat worker and replication
 /// streams warn at each try while a peer is down (10-12 lines a second on the leader for one
-/// dead follower, measured), so they log errors only, unless `level` names openraft itself.
+/// dead follower, measured), so they log errors only, unless `level` names openraft itself (or
+/// is `off`).
 /// `network.rs` says once that a peer cannot be reached, `node.rs` when a follower stops
 /// answering the leader and when it answers again.
 pub fn log_filter(level: &str) -> String {
-    if level.contains("openraft") {
+    if level.contains("openraft") || level.trim() == "off" {
         level.to_string()
     } else {
         format!("{level},openraft::core::heartbeat=error,openraft::replication=error")

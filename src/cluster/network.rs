@@ -558,7 +558,7 @@ pub struct Heard {
 impl Heard {
     /// Notes an append of leadership `from` that arrived `at`; whether the leadership is new
     /// (the watchers are told then only: the time of every append is kept, untold). A late
-    /// append of an older leadership names no leader now.
+    /// append of an older leadership changes nothing: the newer one stays.
     pub fn note(&mut self, from: LeaderId, at: Instant) -> bool {
         let newer = Some(from) > self.leader;
         if newer || self.leader == Some(from) {

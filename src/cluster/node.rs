@@ -721,10 +721,13 @@ fn log_liveness(was: &Status, now: &Status) {
     }
     if now.role == Role::Follower && was.role == Role::Follower {
         match (&was.leader, &now.leader) {
-            (Some(l), None) => tracing::warn!(
-                leader = l.id,
-                "the leader went silent: no leader known (CLUSTERDOWN) until one is heard"
-            ),
+            // Silent in the same leadership: not a vote for another node (a hand-over).
+            (Some(l), None) if now.leader_id.is_some() && now.leader_id == was.leader_id => {
+                tracing::warn!(
+                    leader = l.id,
+                    "the leader went silent: no leader known (CLUSTERDOWN) until one is heard"
+                )
+            }
             (None, Some(l)) => tracing::info!(leader = l.id, "following the leader"),
             _ => {}
         }

@@ -1,5 +1,5 @@
-//! The clock guard's evidence (SPEC §10, replication.md §4.2): every append a leader sends,
-//! heartbeats included, carries its wall clock's reading at the send, and a follower notes
+//! The clock guard's evidence (SPEC §10, replication.md §4.2): every append a serving leader
+//! sends, heartbeats included, carries its wall clock's reading at the send, and a follower notes
 //! when it received each, so that `received - sent_at` is the offset of its clock from that
 //! leader's plus the append's transit, and the least of the recent ones bounds the offset from
 //! above. Heartbeats every 100 ms keep the evidence fresh on a quiet cluster too.

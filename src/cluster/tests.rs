@@ -455,4 +455,5 @@ fn the_log_filter_quietens_openraft_retries_unless_it_is_named() {
         );
     }
     assert_eq!(super::log_filter("openraft=debug"), "openraft=debug");
+    assert_eq!(super::log_filter("off"), "off");
 }

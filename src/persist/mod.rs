@@ -490,8 +490,9 @@ pub struct Store {
     /// its own log, which it then never writes.
     unproposed: Option<Unproposed>,
     /// Cluster mode: of the proposals taken and not known committed, those that carry
-    /// changes, as (their first change's LSN, their last LSN), oldest first. The LSNs
-    /// between are reads' only: replies that changed nothing and showed only what was saved.
+    /// changes, as (their first change's LSN, their last LSN), oldest first. The LSNs above
+    /// the saved ones and below the first entry's first change are reads' only: replies that
+    /// changed nothing and showed only what was saved.
     proposed_changes: VecDeque<(u64, u64)>,
     last_lsn: u64,
     /// The LSN up to which the log (or the snapshot) holds every record.

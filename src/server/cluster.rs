@@ -105,9 +105,10 @@ pub fn check_dir(config: &Config) -> Result<(), String> {
         }
         (Some(id), Owner::Node(n)) => Err(format!(
             "{} belongs to cluster node {n}, not {id} ({} says so): node ids are never reused. \
-             Start it with --cluster-node-id {n}, or node {id} on an empty --dir of its own (a \
-             copy of another node's {NODE_DIR}/, to replace or restore a node, goes without \
-             its {ID_FILE} file: docs/operations.md)",
+             If this {NODE_DIR}/ was copied from node {n} to replace or restore node {id}, \
+             delete its {ID_FILE} (docs/operations.md); never start a copy as node {n} while \
+             node {n} runs. Start it with --cluster-node-id {n} only if it is node {n}'s own \
+             folder",
             dir.display(),
             node_dir.join(ID_FILE).display()
         )),
@@ -203,10 +204,11 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
 }
 
 /// The client address `--bind` and `--port` name, SPEC §10's default for `--cluster-announce`:
-/// none when `--bind` is unspecified (0.0.0.0, ::), which names no address to reach.
+/// none when `--bind` is unspecified (0.0.0.0, ::) or `--port` is 0 (a free port, not known
+/// yet), which name no address to reach.
 fn bound_client_addr(config: &Config) -> Option<String> {
     let ip: IpAddr = config.bind.parse().ok()?;
-    (!ip.is_unspecified()).then(|| SocketAddr::new(ip, config.port).to_string())
+    (!ip.is_unspecified() && config.port != 0).then(|| SocketAddr::new(ip, config.port).to_string())
 }
 
 /// Refuses, in cluster mode, the options that do not apply there or that cluster mode bounds,
@@ -568,6 +570,7 @@ mod tests {
         assert_eq!(announce(&v6).as_deref(), Some("[::1]:7002"));
         let any = [&node2[..], &["--bind", "0.0.0.0", "--cluster-secret", "s"]].concat();
         assert_eq!(announce(&any), None);
+        assert_eq!(announce(&["--cluster-node-id", "2", "--port", "0"]), None);
         let err = settings(&config(&["--cluster-announce", "10.0.0.2:7002"]), 1).unwrap_err();
         assert_eq!(err, "--cluster-announce needs --cluster-node-id");
         for (bad, why) in [
