@@ -562,13 +562,19 @@ fn room_is_reserved_past_the_log_or_probed_with_a_file_that_goes_away() {
     let _ = fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn in_cluster_mode_records_wait_for_a_proposal_and_reads_get_one_of_their_own() {
-    let dir = std::env::temp_dir().join(format!("permitd-propose-{}", std::process::id()));
+/// A store in cluster mode (proposing instead of writing) in a fresh folder named for `name`.
+fn proposing_store(name: &str) -> (PathBuf, Store) {
+    let dir = std::env::temp_dir().join(format!("permitd-{name}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let loaded = load(&dir, 1, false).unwrap();
     let mut store = Store::open(&loaded.gen_dir, 0, 0, Fsync::Always, 1 << 30).unwrap();
     store.propose_instead();
+    (dir, store)
+}
+
+#[test]
+fn in_cluster_mode_records_wait_for_a_proposal_and_reads_get_one_of_their_own() {
+    let (dir, mut store) = proposing_store("propose");
     assert!(!store.has_pending() && store.take_proposal().is_none());
     // A read with nothing pending takes an LSN of its own, once, and waits for a proposal.
     store.note_read();
@@ -599,11 +605,7 @@ fn in_cluster_mode_records_wait_for_a_proposal_and_reads_get_one_of_their_own() 
 
 #[test]
 fn in_cluster_mode_the_store_knows_the_first_change_not_known_committed() {
-    let dir = std::env::temp_dir().join(format!("permitd-first-change-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    let loaded = load(&dir, 1, false).unwrap();
-    let mut store = Store::open(&loaded.gen_dir, 0, 0, Fsync::Always, 1 << 30).unwrap();
-    store.propose_instead();
+    let (dir, mut store) = proposing_store("first-change");
     let mut live = Shard::new(Arc::new(Limits::default()), Arc::new(AtomicUsize::new(0)));
     let journal = workload(&mut live);
     // Reads alone: no change waits.
