@@ -35,7 +35,7 @@ pub fn dec_log_id(d: &mut Dec) -> Result<LogId, DecodeError> {
 }
 
 /// An optional value: a flag byte, then the value when present.
-fn opt<T>(e: &mut Enc, v: Option<&T>, put: impl FnOnce(&mut Enc, &T)) {
+pub fn opt<T>(e: &mut Enc, v: Option<&T>, put: impl FnOnce(&mut Enc, &T)) {
     match v {
         None => e.u8(0),
         Some(v) => {
@@ -45,7 +45,8 @@ fn opt<T>(e: &mut Enc, v: Option<&T>, put: impl FnOnce(&mut Enc, &T)) {
     }
 }
 
-fn dec_opt<T>(
+/// Decodes an [`opt`].
+pub fn dec_opt<T>(
     d: &mut Dec,
     get: impl FnOnce(&mut Dec) -> Result<T, DecodeError>,
 ) -> Result<Option<T>, DecodeError> {

@@ -158,8 +158,7 @@ impl Message for Request {
             Request::Append { rpc: r, sent_at } => {
                 let mut e = Enc(out);
                 e.u8(APPEND);
-                flag(&mut e, sent_at.is_some());
-                e.i64(sent_at.unwrap_or_default());
+                codec::opt(&mut e, sent_at.as_ref(), |e, t| e.i64(*t));
                 codec::vote(&mut e, &r.vote);
                 codec::opt_log_id(&mut e, r.prev_log_id.as_ref());
                 codec::opt_log_id(&mut e, r.leader_commit.as_ref());
@@ -207,8 +206,7 @@ impl Message for Request {
     fn get(d: &mut Dec) -> Result<Request, DecodeError> {
         Ok(match d.u8()? {
             APPEND => {
-                let stamped = dec_flag(d)?;
-                let sent_at = Some(d.i64()?).filter(|_| stamped);
+                let sent_at = codec::dec_opt(d, Dec::i64)?;
                 let vote = codec::dec_vote(d)?;
                 let prev_log_id = codec::dec_opt_log_id(d)?;
                 let leader_commit = codec::dec_opt_log_id(d)?;
