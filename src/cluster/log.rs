@@ -47,7 +47,7 @@ use super::codec;
 use super::writer::{stopped, Op, Writer};
 use super::{Entry, LogId, TypeConfig, Vote};
 use crate::persist::codec::{Dec, DecodeError, Enc};
-use crate::persist::log::{frame_with, scan_with};
+use crate::persist::log::{frame_with, scan_with, single_frame};
 use crate::persist::{sync_dir, truncate_log, write_file_synced};
 
 /// A segment grows past this many bytes before the next append starts a new one.
@@ -365,16 +365,12 @@ fn read_meta(path: &Path) -> Result<Meta, String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Meta::default()),
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
-    // Replaced by rename, so it is whole or absent: anything but one intact frame is damage.
-    match scan_with(Bytes::from(bytes), false, Meta::decode) {
-        Ok(s) if s.records.len() == 1 && s.torn_at.is_none() => {
-            Ok(s.records.into_iter().next().expect("one record"))
-        }
-        _ => Err(format!(
+    single_frame(Bytes::from(bytes), Meta::decode).ok_or_else(|| {
+        format!(
             "{}: corrupt Raft meta file (vote and purged id)",
             path.display()
-        )),
-    }
+        )
+    })
 }
 
 impl Log {

@@ -26,7 +26,7 @@ use crate::engine::journal::apply;
 use crate::engine::state::Namespace;
 use crate::engine::types::{FencingToken, Name, Nanos};
 use crate::persist::codec::{Dec, DecodeError, Enc};
-use crate::persist::log::{frame_with, scan_with};
+use crate::persist::log::{frame_with, single_frame};
 use crate::persist::{save_snapshot, snapshot, sync_dir, write_file_synced};
 
 /// One shard's replicated state.
@@ -128,12 +128,8 @@ struct Loaded {
 fn load(dir: &Path) -> io::Result<Loaded> {
     let meta_path = dir.join("meta");
     let bytes = fs::read(&meta_path).map_err(io_err(&meta_path))?;
-    let head = match scan_with(Bytes::from(bytes), false, Head::decode) {
-        Ok(s) if s.records.len() == 1 && s.torn_at.is_none() => {
-            s.records.into_iter().next().expect("one record")
-        }
-        _ => return Err(invalid(format!("{}: corrupt", meta_path.display()))),
-    };
+    let head = single_frame(Bytes::from(bytes), Head::decode)
+        .ok_or_else(|| invalid(format!("{}: corrupt", meta_path.display())))?;
     let mut shards = Vec::with_capacity(head.shards);
     for i in 0..head.shards {
         let path = shard_path(dir, i);

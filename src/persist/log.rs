@@ -164,6 +164,18 @@ pub fn scan(buf: Bytes, repair: bool) -> Result<Scan, Corrupt> {
     scan_with(buf, repair, lsn_records)
 }
 
+/// The record of a file that is replaced by rename, so whole or absent: `None` (damage) unless
+/// `buf` is exactly one intact frame whose payload `decode` reads.
+pub fn single_frame<T>(
+    buf: Bytes,
+    decode: impl Fn(&mut Dec) -> Result<T, DecodeError>,
+) -> Option<T> {
+    match scan_with(buf, false, decode) {
+        Ok(s) if s.records.len() == 1 && s.torn_at.is_none() => s.records.into_iter().next(),
+        _ => None,
+    }
+}
+
 /// [`scan`] of frames whose payloads `decode` reads.
 pub fn scan_with<T>(
     buf: Bytes,

@@ -24,7 +24,7 @@ use crate::command::table::{AclCat, CommandSpec};
 use crate::config::Config;
 use crate::error::Error;
 use crate::persist::codec::Enc;
-use crate::persist::log::{frame_with, scan_with};
+use crate::persist::log::{frame_with, single_frame};
 use crate::persist::{sync_dir, write_file_synced, Fsync, ShardState};
 
 /// How long a stopping leader waits for a follower to take over before it stops anyway.
@@ -68,11 +68,8 @@ fn owner(node_dir: &Path) -> Result<Owner, String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Owner::Unnamed),
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
-    // Replaced by rename, so it is whole or absent: anything but one intact frame is damage.
-    match scan_with(Bytes::from(bytes), false, |d| d.u64()) {
-        Ok(s) if s.records.len() == 1 && s.torn_at.is_none() && s.records[0] >= 1 => {
-            Ok(Owner::Node(s.records[0]))
-        }
+    match single_frame(Bytes::from(bytes), |d| d.u64()) {
+        Some(id) if id >= 1 => Ok(Owner::Node(id)),
         _ => Err(format!(
             "{}: corrupt cluster node id file (it names the node this --dir belongs to)",
             path.display()
