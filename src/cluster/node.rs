@@ -298,8 +298,8 @@ impl Handle {
             // One submission at a time, in order; each commit awaited on a task of its own.
             while let Some((entry, leader, done)) = rx.recv().await {
                 match submit(&raft, entry, leader).await {
-                    Ok(committed) => {
-                        tokio::spawn(async move { done.send(outcome(committed.await)) });
+                    Ok(commit) => {
+                        tokio::spawn(commit.answer(done));
                     }
                     Err(e) => {
                         let _ = done.send(Err(e));
@@ -364,22 +364,50 @@ type Proposal = (
 );
 
 /// The commit of an entry submitted to Raft, to come.
-type Commit = OneshotReceiverOf<TypeConfig, ClientWriteResult<TypeConfig>>;
+struct Commit {
+    /// Told as soon as the leader knows the entry committed, before its state machine applies
+    /// it: the shard's replies need no more (the leader evaluated them), and the apply then
+    /// runs behind them instead of in front (35 µs a commit on average at P=1, measured on
+    /// this 2-core box).
+    committed: OneshotReceiverOf<TypeConfig, LogId>,
+    /// Told once the entry is applied, or why it never will be (discarded on a leader change).
+    completed: OneshotReceiverOf<TypeConfig, ClientWriteResult<TypeConfig>>,
+}
 
-/// Hands `entry` to Raft as the leader in `leader`; the commit comes on the receiver.
+impl Commit {
+    /// Sends `done` the entry's log id once committed, or why it was not.
+    async fn answer(self, done: oneshot::Sender<Result<LogId, WriteError>>) {
+        match self.committed.await {
+            Ok(log_id) => {
+                let _ = done.send(Ok(log_id));
+                // Held until the apply answers: openraft warns of a completion nobody awaits.
+                let _ = self.completed.await;
+            }
+            // Never committed: the responder went with its completion, which says why.
+            Err(_) => {
+                let _ = done.send(outcome(self.completed.await));
+            }
+        }
+    }
+}
+
+/// Hands `entry` to Raft as the leader in `leader`; its commit, or its failure, is to come.
 async fn submit(raft: &Raft, entry: ShardEntry, leader: LeaderId) -> Result<Commit, WriteError> {
-    let (responder, committed) = ProgressResponder::complete_only();
+    let (responder, committed, completed) = ProgressResponder::new();
     raft.write(entry)
         .with_leader(leader)
         .responder(responder)
         .await
         .map_err(|_| WriteError::Unknown)?;
-    Ok(committed)
+    Ok(Commit {
+        committed,
+        completed,
+    })
 }
 
-/// A commit's outcome as [`WriteError`] tells it.
-fn outcome<E>(committed: Result<ClientWriteResult<TypeConfig>, E>) -> Result<LogId, WriteError> {
-    match committed {
+/// A failed write's reason as [`WriteError`] tells it.
+fn outcome<E>(completed: Result<ClientWriteResult<TypeConfig>, E>) -> Result<LogId, WriteError> {
+    match completed {
         Ok(Ok(r)) => Ok(r.log_id),
         Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(match f.reason {
             ForwardReason::LeaseExpired => WriteError::NoQuorum,
@@ -398,7 +426,7 @@ pub struct Proposer {
 
 impl Proposer {
     /// Proposes `entry` after every entry proposed before through this proposer, and waits
-    /// until it is committed and applied: its log id.
+    /// until it is committed (not yet applied, maybe): its log id.
     pub async fn write(&self, entry: ShardEntry, leader: LeaderId) -> Result<LogId, WriteError> {
         let (done, outcome) = oneshot::channel();
         if self.tx.send((entry, leader, done)).is_err() {

@@ -146,8 +146,9 @@ impl ShardCtx {
                 ctx.in_flight.set(ctx.in_flight.get() - 1);
                 ctx.settle_proposal(&node, leader, lsn, written);
                 if ctx.in_flight.get() == 0 && ctx.tainted.get() == Some(leader) {
-                    // Its proposals all committed and applied, or were discarded: a take-over
-                    // in the same leadership copies them with the state machine.
+                    // Its proposals all committed or were discarded: a take-over in the same
+                    // leadership copies them with the state machine (its linearizable read
+                    // waits until they are applied).
                     ctx.tainted.set(None);
                     ctx.leadership_wake.notify_one();
                 }
