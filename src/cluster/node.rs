@@ -405,7 +405,7 @@ async fn submit(raft: &Raft, entry: ShardEntry, leader: LeaderId) -> Result<Comm
     })
 }
 
-/// A failed write's reason as [`WriteError`] tells it.
+/// A completion as [`WriteError`] tells it: the log id, or why the write failed.
 fn outcome<E>(completed: Result<ClientWriteResult<TypeConfig>, E>) -> Result<LogId, WriteError> {
     match completed {
         Ok(Ok(r)) => Ok(r.log_id),
