@@ -12,27 +12,9 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
+use common::cluster::{ok_ready as ok, run_ready as run};
 use common::*;
 use redis::Value;
-
-/// Runs `args` on `server`, retrying while the node answers TRYAGAIN (a new leader not ready
-/// yet: nothing ran), until it answers otherwise.
-fn run(server: &Server, args: &[&str]) -> redis::RedisResult<Value> {
-    let mut con = server.conn();
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        match call(&mut con, args) {
-            Err(e) if e.code() == Some("TRYAGAIN") && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            other => return other,
-        }
-    }
-}
-
-fn ok(server: &Server, args: &[&str]) -> Value {
-    run(server, args).unwrap_or_else(|e| panic!("{args:?}: {e:?}"))
-}
 
 fn lease(server: &Server, process: &str, ttl: &str) -> String {
     text(&field(

@@ -208,7 +208,7 @@ fn a_cluster_nodes_dir_is_refused_without_its_cluster_options_and_under_another_
     let mut members =
         start_cluster(&[(ports[0], ports[1])], |_| Vec::new()).unwrap_or_else(|e| panic!("{e}"));
     wait_for_leader(&members, &[0]);
-    ok(&mut members[0].server.conn(), &["NS.CREATE", "kept"]);
+    ok_ready(&members[0].server, &["NS.CREATE", "kept"]);
     let args = members[0].args.clone();
     let own: Vec<&str> = args.iter().map(String::as_str).collect();
     let five: Vec<&str> = own
@@ -244,7 +244,8 @@ fn a_cluster_nodes_dir_is_refused_without_its_cluster_options_and_under_another_
     refused(server, &five, "belongs to cluster node 1, not 5");
     server.restart_with(&own);
     wait_for_leader(&members, &[0]);
-    ok(&mut members[0].server.conn(), &["NS.GET", "kept"]);
+    // The leader is known before its shards serve (TRYAGAIN until they took over).
+    ok_ready(&members[0].server, &["NS.GET", "kept"]);
     // A node's dir from before ids were recorded.
     let server = &mut members[0].server;
     server.kill9();
@@ -260,7 +261,8 @@ fn a_cluster_nodes_dir_is_refused_without_its_cluster_options_and_under_another_
         "node 1 did not record its id in its old dir"
     );
     wait_for_leader(&members, &[0]);
-    ok(&mut members[0].server.conn(), &["NS.GET", "kept"]);
+    // The leader is known before its shards serve (TRYAGAIN until they took over).
+    ok_ready(&members[0].server, &["NS.GET", "kept"]);
     refused(
         &mut members[0].server,
         &five,

@@ -1,7 +1,7 @@
 //! Cluster mode's helpers: permitd processes on 127.0.0.1 forming a cluster with
 //! `--cluster-init`, and waiting until every live one names the same leader.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -145,4 +145,25 @@ pub fn wait_for_leader(members: &[Member], live: &[usize]) -> usize {
             .collect::<Vec<_>>()
     );
     found.expect("found with agreed")
+}
+
+/// Runs `args` on `server`, retrying while the node answers TRYAGAIN (a new leader whose
+/// shards have not taken over yet: nothing ran), until it answers otherwise, as cluster
+/// clients do.
+pub fn run_ready(server: &Server, args: &[&str]) -> redis::RedisResult<Value> {
+    let mut con = server.conn();
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        match call(&mut con, args) {
+            Err(e) if e.code() == Some("TRYAGAIN") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// [`run_ready`] for a command that must succeed.
+pub fn ok_ready(server: &Server, args: &[&str]) -> Value {
+    run_ready(server, args).unwrap_or_else(|e| panic!("{args:?}: {e:?}"))
 }
