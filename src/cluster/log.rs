@@ -4,9 +4,10 @@
 //!
 //! In the log's folder: `meta` (one frame, replaced atomically and fsynced), `committed` (one
 //! frame padded to [`COMMITTED_BYTES`], overwritten in place and fdatasync'd) and
-//! `log-<first index>.seg` (frames, one entry each, consecutive indexes). An append is written
-//! and fdatasync'd on the writer thread before its `IOFlushed` fires; the vote, truncations and
-//! purges are on disk before their calls return.
+//! `log-<first index>.seg` (frames, one entry each, consecutive indexes; the last segment then
+//! has zeros written ahead, which its next appends overwrite: `writer.rs` says why). An append
+//! is written and fdatasync'd on the writer thread before its `IOFlushed` fires; the vote,
+//! truncations and purges are on disk before their calls return.
 //!
 //! The committed id is written in its turn on the writer but not waited for: openraft applies
 //! a commit only once it was saved, and with the meta's fsync, rename and folder fsync awaited
@@ -22,7 +23,7 @@
 //! the log never got; the review found it). The newest id is written when the store is dropped,
 //! after everything queued before.
 //!
-//! At open, a torn frame
+//! At open, zeros after a segment's last frame are its end, and a torn frame
 //! ends the log (nothing after it was acknowledged: callbacks fire only after the sync of every
 //! earlier write); any other bad frame, or a gap between indexes, refuses to open, as a shard
 //! log's corruption stops the start.
@@ -44,7 +45,7 @@ use bytes::{Bytes, BytesMut};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 
 use super::codec;
-use super::writer::{stopped, Op, Writer};
+use super::writer::{stopped, Append, Op, Writer};
 use super::{Entry, LogId, TypeConfig, Vote};
 use crate::persist::codec::{Dec, DecodeError, Enc};
 use crate::persist::log::{frame_with, scan_with, single_frame};
@@ -52,6 +53,11 @@ use crate::persist::{sync_dir, truncate_log, write_file_synced};
 
 /// A segment grows past this many bytes before the next append starts a new one.
 pub const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// How far past its entries the last segment is zeroed: once less than half of it is left,
+/// the next append writes this much more. An fdatasync with 1 MiB more to write took 1.6 ms
+/// on this box, against 0.2 ms for a page: one slower group commit per MiB of log.
+const ZEROS_AHEAD: u64 = 1 << 20;
 
 /// The size of the `committed` file: its frame (at most 40 bytes) and zeros, so that each
 /// write overwrites the same bytes and leaves none of a longer one behind.
@@ -114,6 +120,9 @@ struct Segment {
     path: PathBuf,
     file: Arc<File>,
     ends: Vec<u64>,
+    /// The file's size once the writes queued are done: its entries, then the zeros written
+    /// ahead of them (`writer::Append::zeros`; only the last segment keeps any).
+    allocated: u64,
 }
 
 impl Segment {
@@ -175,6 +184,8 @@ struct Part {
     bytes: BytesMut,
     /// The folder to sync with them, when the segment is new.
     new_in: Option<PathBuf>,
+    /// The segment before, to cut to its entries first, when the segment is new.
+    closes: Option<(Arc<File>, u64)>,
 }
 
 /// Resolves once everything queued before it on the writer is done.
@@ -302,16 +313,29 @@ impl LogStore {
                 .segments
                 .last()
                 .is_none_or(|s| s.len() >= log.segment_bytes || s.end() != index);
+            // A restart reads a segment's zeros as its end, which only the last one may have:
+            // cut off before the next segment gets any entry.
+            let mut closes = None;
             if full {
+                if let Some(prev) = log.segments.last_mut() {
+                    if prev.allocated > prev.len() {
+                        prev.allocated = prev.len();
+                        closes = Some((prev.file.clone(), prev.len()));
+                    }
+                }
                 let path = segment_path(&log.dir, index);
-                // Appending: after a truncation cuts it, the next write goes to the new end.
-                let file = OpenOptions::new().create(true).append(true).open(&path)?;
-                file.set_len(0)?;
+                // Emptied: a file of that name left by a truncation holds older entries.
+                let file = OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .truncate(true)
+                    .open(&path)?;
                 log.segments.push(Segment {
                     first: index,
                     path,
                     file: Arc::new(file),
                     ends: Vec::new(),
+                    allocated: 0,
                 });
             }
             let seg_no = log.segments.len() - 1;
@@ -322,6 +346,7 @@ impl LogStore {
                     base: seg.len(),
                     bytes: BytesMut::new(),
                     new_in: full.then(|| log.dir.clone()),
+                    closes,
                 });
             }
             let part = parts.last_mut().expect("just pushed");
@@ -339,10 +364,31 @@ impl LogStore {
             .chain([(last, done)])
         {
             let (p, callback) = part;
-            let file = log.segments[p.seg_no].file.clone();
-            self.shared
-                .writer
-                .append(file, p.bytes.freeze(), p.new_in, callback);
+            if let Some((file, len)) = p.closes {
+                drop(
+                    self.shared
+                        .writer
+                        .run(Box::new(move || truncate_log(&file, len))),
+                );
+            }
+            let open = p.seg_no + 1 == log.segments.len();
+            let seg = &mut log.segments[p.seg_no];
+            let end = p.base + p.bytes.len() as u64;
+            // Zeros ahead of the last segment's entries only (the others were cut, or are).
+            let zeros = (open && end + ZEROS_AHEAD / 2 > seg.allocated).then(|| {
+                let to = end.next_multiple_of(ZEROS_AHEAD) + ZEROS_AHEAD;
+                let from = seg.allocated.max(end);
+                seg.allocated = to;
+                from..to
+            });
+            let append = Append {
+                file: seg.file.clone(),
+                at: p.base,
+                bytes: p.bytes.freeze(),
+                zeros,
+                new_in: p.new_in,
+            };
+            self.shared.writer.append(append, callback);
         }
         Ok(None)
     }
@@ -379,7 +425,8 @@ impl Log {
     fn load_segment(&mut self, first: u64, path: PathBuf) -> Result<bool, String> {
         let at = |e: io::Error| format!("{}: {e}", path.display());
         let bytes = Bytes::from(fs::read(&path).map_err(at)?);
-        let scan = scan_with(bytes, false, codec::dec_entry).map_err(|c| {
+        let size = bytes.len() as u64;
+        let mut scan = scan_with(bytes.clone(), false, codec::dec_entry).map_err(|c| {
             format!(
                 "{}: corrupt Raft log entry at offset {} (damaged after it was written whole, not \
                  cut short by a crash): refusing to open. Wipe this node and add it back under a \
@@ -407,10 +454,19 @@ impl Log {
                 return Err(gap());
             }
         }
-        let file = OpenOptions::new().append(true).open(&path).map_err(at)?;
+        // Nothing but zeros after the entries: the zeros written ahead of them, the end.
+        if scan
+            .torn_at
+            .is_some_and(|cut| bytes[cut..].iter().all(|&b| b == 0))
+        {
+            scan.torn_at = None;
+        }
+        let file = OpenOptions::new().write(true).open(&path).map_err(at)?;
+        let mut allocated = size;
         if let Some(cut) = scan.torn_at {
             tracing::warn!(file = %path.display(), offset = cut, "dropped a torn final Raft log entry (crash during a write)");
             truncate_log(&file, cut as u64).map_err(at)?;
+            allocated = cut as u64;
         }
         let purged = self.meta.purged.map_or(0, |p| p.index + 1);
         for ent in scan.records {
@@ -423,6 +479,7 @@ impl Log {
             path,
             file: Arc::new(file),
             ends: scan.ends.iter().map(|&e| e as u64).collect(),
+            allocated,
         });
         Ok(scan.torn_at.is_some())
     }
@@ -518,6 +575,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 let kept = (keep - s.first) as usize;
                 (kept < s.ends.len()).then(|| {
                     s.ends.truncate(kept);
+                    s.allocated = s.len();
                     (s.file.clone(), s.len())
                 })
             });

@@ -2,6 +2,7 @@
 //! damage leave of it; the state machine against the single-node replay; the log filter.
 
 use std::fs;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::type_config::TypeConfigExt;
 use openraft::StorageError;
 
+use super::codec;
 use super::entry::ShardEntry;
 use super::log::{LogStore, SEGMENT_BYTES};
 use super::state::StateMachine;
@@ -21,6 +23,7 @@ use super::{Entry, LeaderId, LogId, Membership, Payload, Peer, TypeConfig, Vote}
 use crate::engine::journal::Record;
 use crate::engine::types::Limits;
 use crate::engine::Shard;
+use crate::persist::log::scan_with;
 use crate::persist::snapshot;
 
 /// A fresh folder, removed when dropped.
@@ -228,38 +231,86 @@ fn truncation_and_purge_survive_a_restart() {
     });
 }
 
+/// Where a segment's intact frames end (the zeros ahead follow them).
+fn frames_end(seg: &Path) -> u64 {
+    let scan = scan_with(fs::read(seg).unwrap().into(), false, codec::dec_entry).unwrap();
+    scan.ends.last().map_or(0, |&end| end as u64)
+}
+
 #[test]
 fn a_torn_final_entry_is_dropped_and_the_log_goes_on_after_it() {
     TypeConfig::run(async {
-        let dir = TempDir::new("torn");
-        let (_, journal) = journal();
-        let ents = entries(&journal, 0, 1, 0);
-        let mut log = LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
-        log.blocking_append(ents.clone()).await.unwrap();
-        drop(log);
-        // A crash during the last write left a prefix of its frame.
-        let seg = &segments(&dir.0)[0];
-        let len = fs::metadata(seg).unwrap().len();
-        fs::OpenOptions::new()
-            .write(true)
-            .open(seg)
-            .unwrap()
-            .set_len(len - 5)
-            .unwrap();
-        let mut log = LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
-        let kept = ents.len() - 1;
-        assert_eq!(all(&mut log).await, ents[..kept].to_vec());
-        // The torn bytes were cut: a new entry at that index reads back after a restart.
-        let replaced = Entry {
-            log_id: log_id(2, kept as u64),
-            payload: Payload::Blank,
-        };
-        log.blocking_append([replaced.clone()]).await.unwrap();
-        drop(log);
-        let mut log = LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
-        let mut expected = ents[..kept].to_vec();
-        expected.push(replaced);
-        assert_eq!(all(&mut log).await, expected);
+        // A crash during the last write left a prefix of its frame: the file ends inside it
+        // (as a file system that had not grown it yet leaves it), or the rest of the frame
+        // reads as the zeros written ahead.
+        for zeroed in [false, true] {
+            let dir = TempDir::new("torn");
+            let (_, journal) = journal();
+            let ents = entries(&journal, 0, 1, 0);
+            let mut log = LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
+            log.blocking_append(ents.clone()).await.unwrap();
+            drop(log);
+            let seg = &segments(&dir.0)[0];
+            let end = frames_end(seg);
+            let file = fs::OpenOptions::new().write(true).open(seg).unwrap();
+            match zeroed {
+                true => file.write_all_at(&[0; 5], end - 5).unwrap(),
+                false => file.set_len(end - 5).unwrap(),
+            }
+            let mut log = LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
+            let kept = ents.len() - 1;
+            assert_eq!(
+                all(&mut log).await,
+                ents[..kept].to_vec(),
+                "zeroed: {zeroed}"
+            );
+            // The torn bytes were cut: a new entry at that index reads back after a restart.
+            let replaced = Entry {
+                log_id: log_id(2, kept as u64),
+                payload: Payload::Blank,
+            };
+            log.blocking_append([replaced.clone()]).await.unwrap();
+            drop(log);
+            let mut log = LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
+            let mut expected = ents[..kept].to_vec();
+            expected.push(replaced);
+            assert_eq!(all(&mut log).await, expected, "zeroed: {zeroed}");
+        }
+    });
+}
+
+/// Appends overwrite zeros written ahead of them; a restart reads those zeros as the end of
+/// the log, not as a torn entry (which it would cut off), and only the last segment has any.
+#[test]
+fn the_zeros_ahead_end_the_log_and_only_the_last_segment_keeps_them() {
+    TypeConfig::run(async {
+        for segment_bytes in [SEGMENT_BYTES, 300] {
+            let dir = TempDir::new("ahead");
+            let (_, journal) = journal();
+            let ents = entries(&journal, 0, 1, 0);
+            let half = ents.len() / 2;
+            let mut log = LogStore::open(&dir.0, segment_bytes).unwrap();
+            log.blocking_append(ents[..half].to_vec()).await.unwrap();
+            drop(log);
+            let last = segments(&dir.0).pop().unwrap();
+            let size = fs::metadata(&last).unwrap().len();
+            assert!(size > frames_end(&last), "zeros ahead of the frames");
+            let mut log = LogStore::open(&dir.0, segment_bytes).unwrap();
+            assert_eq!(all(&mut log).await, ents[..half].to_vec());
+            assert_eq!(fs::metadata(&last).unwrap().len(), size, "nothing cut");
+            log.blocking_append(ents[half..].to_vec()).await.unwrap();
+            drop(log);
+            let mut segs = segments(&dir.0);
+            let last = segs.pop().unwrap();
+            assert!(fs::metadata(&last).unwrap().len() > frames_end(&last));
+            assert_eq!(segs.is_empty(), segment_bytes == SEGMENT_BYTES);
+            for seg in &segs {
+                let len = fs::metadata(seg).unwrap().len();
+                assert_eq!(len, frames_end(seg), "{} ends at its frames", seg.display());
+            }
+            let mut log = LogStore::open(&dir.0, segment_bytes).unwrap();
+            assert_eq!(all(&mut log).await, ents, "segments of {segment_bytes}");
+        }
     });
 }
 

@@ -2,9 +2,17 @@
 //! store asked for them (openraft's rule: a later write never overtakes an earlier one, votes
 //! included). Appends are group-committed: everything queued is written, then one fdatasync
 //! per file, then their `IOFlushed` callbacks fire.
+//!
+//! Appends overwrite zeros written ahead of them ([`Append::zeros`]): an fdatasync of a file
+//! whose size did not change writes its data blocks alone, where one that grew the file also
+//! writes its inode (a second block request, and on this VM a second exit). Measured on this
+//! 2-core box, 3 nodes at P=1 with 50 clients, runs alternating: the log writers' CPU per Raft
+//! entry fell from 170-206 µs to 123-143 µs (the three nodes together).
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
@@ -19,13 +27,27 @@ use super::TypeConfig;
 /// A file operation other than an append, run in its turn; its result goes back to the caller.
 pub type Op = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
+/// Frames to write to a segment.
+pub struct Append {
+    pub file: Arc<File>,
+    /// Where they go: the end of the segment's entries.
+    pub at: u64,
+    pub bytes: Bytes,
+    /// Zeros to write past them, when the zeros ahead run short: the segment's next appends
+    /// overwrite them, and their syncs then leave its size (and inode) alone. A failed zero
+    /// write is ignored: an append past the file's end only grows it again, as without them.
+    pub zeros: Option<Range<u64>>,
+    /// The folder of a segment just created (synced with the data, so that the file itself
+    /// survives a crash).
+    pub new_in: Option<PathBuf>,
+}
+
+/// The zeros written at a time ([`Append::zeros`]).
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
 enum Job {
-    /// Frames to append to a segment; `new_in` is the folder of a segment just created (synced
-    /// with the data, so that the file itself survives a crash).
     Append {
-        file: Arc<File>,
-        bytes: Bytes,
-        new_in: Option<PathBuf>,
+        append: Append,
         done: IOFlushed<TypeConfig>,
     },
     Op {
@@ -65,20 +87,8 @@ impl Writer {
     }
 
     /// Queues an append; `done` fires once it is on disk (or failed).
-    pub fn append(
-        &self,
-        file: Arc<File>,
-        bytes: Bytes,
-        new_in: Option<PathBuf>,
-        done: IOFlushed<TypeConfig>,
-    ) {
-        let job = Job::Append {
-            file,
-            bytes,
-            new_in,
-            done,
-        };
-        if let Err(e) = self.tx.send(job) {
+    pub fn append(&self, append: Append, done: IOFlushed<TypeConfig>) {
+        if let Err(e) = self.tx.send(Job::Append { append, done }) {
             if let Job::Append { done, .. } = e.0 {
                 done.io_completed(Err(stopped()));
             }
@@ -116,17 +126,22 @@ fn run(rx: Receiver<Job>) {
         let mut next = Some(first);
         while let Some(job) = next.take().or_else(|| rx.try_recv().ok()) {
             match job {
-                Job::Append {
-                    file,
-                    bytes,
-                    new_in,
-                    done,
-                } => {
-                    let written = check(&failed).and_then(|()| (&*file).write_all(&bytes));
+                Job::Append { append, done } => {
+                    let Append {
+                        file,
+                        at,
+                        bytes,
+                        zeros,
+                        new_in,
+                    } = append;
+                    let written = check(&failed).and_then(|()| file.write_all_at(&bytes, at));
                     if let Err(e) = written {
                         failed.get_or_insert_with(|| e.to_string());
                         done.io_completed(Err(e));
                         continue;
+                    }
+                    if let Some(zeros) = zeros {
+                        write_zeros(&file, zeros);
                     }
                     if !unsynced.files.iter().any(|f| Arc::ptr_eq(f, &file)) {
                         unsynced.files.push(file);
@@ -145,6 +160,19 @@ fn run(rx: Receiver<Job>) {
             }
         }
         sync(&mut unsynced, &mut failed);
+    }
+}
+
+/// Writes zeros over `range` of `file`, stopping at the first error ([`Append::zeros`]).
+fn write_zeros(file: &File, range: Range<u64>) {
+    let mut at = range.start;
+    while at < range.end {
+        let n = (range.end - at).min(ZEROS.len() as u64);
+        if let Err(e) = file.write_all_at(&ZEROS[..n as usize], at) {
+            tracing::debug!("the Raft log's zeros ahead stop short at {at}: {e}");
+            return;
+        }
+        at += n;
     }
 }
 
