@@ -14,12 +14,13 @@
 //!   handshake that opens every peer connection;
 //! - `stamps.rs`: the clock guard's evidence, the send times of the leaders' appends;
 //! - `network.rs`: openraft's network over pooled TCP connections, and the listener serving
-//!   peers' RPCs;
+//!   peers' RPCs; `coalesce.rs`: a follower's commit index carried by the next entries;
 //! - `config.rs`: a node's cluster settings and `--cluster-init`'s parsing;
 //! - `node.rs`: the Raft thread and its runtime, `--cluster-init`, and the `Send` handle the
 //!   server uses (writes, status, linearizable reads, leader transfer).
 
 pub mod auth;
+mod coalesce;
 pub mod codec;
 pub mod config;
 pub mod entry;

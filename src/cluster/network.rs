@@ -20,19 +20,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::Stream;
 use openraft::async_runtime::WatchReceiver;
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{
     NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
 };
 use openraft::network::{RPCOption, RPCTypes, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
+    TransferLeaderRequest, VoteRequest, VoteResponse,
 };
 use openraft::{ChangeMembers, OptionalSend, ServerState};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use super::auth::{accept, dial, Secret};
+use super::coalesce::Coalesced;
 use super::config::ClusterConfig;
 use super::stamps::{Stamp, Stamps, Wall};
 use super::state::{Raft, Snapshot, SnapshotFiles};
@@ -306,6 +309,9 @@ pub struct PeerClient {
 
 type RpcError = RPCError<TypeConfig>;
 
+/// One answer of an append stream.
+type StreamItem = Result<StreamAppendResult<TypeConfig>, RpcError>;
+
 fn wrong_answer(got: &Response) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
@@ -413,6 +419,44 @@ async fn send_files(conn: &mut TcpStream, dir: &Path) -> io::Result<()> {
 
 impl RaftNetworkV2<TypeConfig> for PeerClient {
     type SnapshotData = SnapshotFiles;
+
+    /// openraft's sequential stream (one append at a time, each answered before the next
+    /// goes, stopping at the first that is refused or only partly taken), over requests whose
+    /// commits of no entries ride on the entries that follow (`coalesce.rs`).
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, StreamItem>, RpcError>>
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        let answers =
+            futures_util::stream::unfold(Some((self, Coalesced::new(input))), move |state| {
+                let option = option.clone();
+                async move {
+                    let (client, mut requests) = state?;
+                    let req = requests.next().await?;
+                    let prev = req.prev_log_id;
+                    let last = req.entries.last().map(|e| e.log_id).or(prev);
+                    match client.append_entries(req, option).await {
+                        Ok(answer) => {
+                            let whole = match &answer {
+                                AppendEntriesResponse::Success => true,
+                                AppendEntriesResponse::PartialSuccess(matched) => *matched == last,
+                                _ => false,
+                            };
+                            let result = answer.into_stream_result(prev, last);
+                            let go_on = whole && result.is_ok();
+                            Some((Ok(result), go_on.then_some((client, requests))))
+                        }
+                        Err(e) => Some((Err(e), None)),
+                    }
+                }
+            });
+        let answers: BoxStream<'s, StreamItem> = Box::pin(answers);
+        Box::pin(async move { Ok(answers) })
+    }
 
     async fn append_entries(
         &mut self,
