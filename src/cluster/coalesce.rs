@@ -8,7 +8,8 @@
 //! follower got carried no entry. Merged into the next append (its commit index is at least as
 //! new, and it starts where the commit-only one would have), a follower got 5,740 appends for
 //! 5,724 writes of entries instead of 7,436 for 5,298; at one client, the Raft threads spent
-//! 20-25% less CPU per entry, and an entry no longer waits behind a commit's round trip.
+//! 20-25% less CPU per entry. Entries that come within the wait no longer wait behind a
+//! commit's round trip (those that come just after it still do).
 //!
 //! openraft takes one answer for several requests: an answer up to a log id settles every
 //! request sent before it that ends there or earlier, and dates the follower's contact by the
@@ -22,8 +23,9 @@ use openraft::raft::AppendEntriesRequest;
 
 use super::TypeConfig;
 
-/// How long an append of no entries waits for entries to carry its commit index instead. Only
-/// followers' knowledge of the commit waits (they apply later): entries go as soon as they come.
+/// How long an append of no entries waits for entries to carry its commit index instead (2-3
+/// ms with tokio's 1 ms timer). Only followers' knowledge of the commit waits (they apply
+/// later): entries go as soon as they come.
 pub const COMMIT_WAIT: Duration = Duration::from_millis(2);
 
 type Request = AppendEntriesRequest<TypeConfig>;

@@ -23,10 +23,15 @@
 //! the log never got; the review found it). The newest id is written when the store is dropped,
 //! after everything queued before.
 //!
-//! At open, zeros after a segment's last frame are its end, and a torn frame
-//! ends the log (nothing after it was acknowledged: callbacks fire only after the sync of every
-//! earlier write); any other bad frame, or a gap between indexes, refuses to open, as a shard
-//! log's corruption stops the start.
+//! At open, zeros after a segment's last frame are its end. A frame a crash cut short (the file
+//! ends inside it, or a sector of it reads as zeros: [`cut_short`]) past the committed id on
+//! disk ends the log and is cut off: nothing after it was acknowledged, since callbacks fire
+//! only after the sync of every earlier write. In the last segment this holds with intact
+//! frames after it too: a power loss during a sync may keep some sectors of the appends over
+//! the zeros ahead and lose others. An empty last segment that does not follow is dropped (made
+//! at a roll-over before the last entries of the one before were written). Any other bad frame
+//! (a flipped bit, or any damage before the committed id), or a gap between indexes, refuses to
+//! open, as a shard log's corruption stops the start.
 //!
 //! Every entry after the purged one is also kept in memory, where readers take it from;
 //! openraft purges what a snapshot holds, which bounds it.
@@ -48,7 +53,7 @@ use super::codec;
 use super::writer::{stopped, Append, Op, Writer};
 use super::{Entry, LogId, TypeConfig, Vote};
 use crate::persist::codec::{Dec, DecodeError, Enc};
-use crate::persist::log::{frame_with, scan_with, single_frame};
+use crate::persist::log::{frame_payload_len, frame_with, scan_with, single_frame, FRAME_HEADER};
 use crate::persist::{sync_dir, truncate_log, write_file_synced};
 
 /// A segment grows past this many bytes before the next append starts a new one.
@@ -261,14 +266,16 @@ impl LogStore {
             entries: BTreeMap::new(),
         };
         let mut torn = false;
-        for first in firsts {
+        let count = firsts.len();
+        for (i, first) in firsts.into_iter().enumerate() {
             let path = segment_path(dir, first);
             if torn {
                 // After a torn frame: written by the same unfinished sync, never acknowledged.
                 fs::remove_file(&path).map_err(|e| at(&path, e))?;
                 continue;
             }
-            torn = log.load_segment(first, path)?;
+            let synced = committed.map(|c| c.index);
+            torn = log.load_segment(first, path, i + 1 == count, synced)?;
         }
         sync_dir(dir).map_err(|e| at(dir, e))?;
         let writer = Writer::start().map_err(|e| format!("the Raft log's writer thread: {e}"))?;
@@ -313,15 +320,15 @@ impl LogStore {
                 .segments
                 .last()
                 .is_none_or(|s| s.len() >= log.segment_bytes || s.end() != index);
-            // A restart reads a segment's zeros as its end, which only the last one may have:
-            // cut off before the next segment gets any entry.
+            // The segment before is cut to its entries and synced before the next one gets any:
+            // only the last segment keeps zeros, and a later segment's entries on disk mean the
+            // earlier one's are whole (a power loss may lose an unsynced write's sectors in any
+            // order: `cut_short`).
             let mut closes = None;
             if full {
                 if let Some(prev) = log.segments.last_mut() {
-                    if prev.allocated > prev.len() {
-                        prev.allocated = prev.len();
-                        closes = Some((prev.file.clone(), prev.len()));
-                    }
+                    prev.allocated = prev.len();
+                    closes = Some((prev.file.clone(), prev.len()));
                 }
                 let path = segment_path(&log.dir, index);
                 // Emptied: a file of that name left by a truncation holds older entries.
@@ -420,21 +427,29 @@ fn read_meta(path: &Path) -> Result<Meta, String> {
 }
 
 impl Log {
-    /// Loads one segment, in order; true when it ends in a torn frame (which is cut off: new
-    /// frames must follow intact ones).
-    fn load_segment(&mut self, first: u64, path: PathBuf) -> Result<bool, String> {
+    /// Loads one segment, in order; true when it ends the log (a torn frame, cut off, or a
+    /// last segment that holds nothing and does not follow: what comes after was never
+    /// acknowledged). `last`: no segment follows it; `synced`: the committed id read at open
+    /// (its entries were synced before it was written).
+    fn load_segment(
+        &mut self,
+        first: u64,
+        path: PathBuf,
+        last: bool,
+        synced: Option<u64>,
+    ) -> Result<bool, String> {
         let at = |e: io::Error| format!("{}: {e}", path.display());
         let bytes = Bytes::from(fs::read(&path).map_err(at)?);
-        let size = bytes.len() as u64;
-        let mut scan = scan_with(bytes.clone(), false, codec::dec_entry).map_err(|c| {
+        let corrupt = |offset: usize| {
             format!(
-                "{}: corrupt Raft log entry at offset {} (damaged after it was written whole, not \
-                 cut short by a crash): refusing to open. Wipe this node and add it back under a \
-                 new id (docs/design.md, \"Cluster mode\")",
+                "{}: corrupt Raft log entry at offset {offset} (damaged after it was written \
+                 whole, not cut short by a crash): refusing to open. Wipe this node and add it \
+                 back under a new id (docs/design.md, \"Cluster mode\")",
                 path.display(),
-                c.offset
             )
-        })?;
+        };
+        let scan =
+            scan_with(bytes.clone(), true, codec::dec_entry).map_err(|c| corrupt(c.offset))?;
         let gap = || {
             format!(
                 "{}: the Raft log has a gap before it (a segment is missing): refusing to open",
@@ -446,6 +461,12 @@ impl Log {
             Some(prev) => first == prev.end(),
             None => self.meta.purged.is_none_or(|p| first <= p.index + 1),
         };
+        if !follows && last && scan.records.is_empty() {
+            // Made at a roll-over, before the segment before it had its last entries written.
+            tracing::warn!(file = %path.display(), "dropped an empty last Raft log segment that does not follow the one before (crash at a segment roll-over)");
+            fs::remove_file(&path).map_err(at)?;
+            return Ok(true);
+        }
         if !follows {
             return Err(gap());
         }
@@ -454,16 +475,22 @@ impl Log {
                 return Err(gap());
             }
         }
-        // Nothing but zeros after the entries: the zeros written ahead of them, the end.
-        if scan
-            .torn_at
-            .is_some_and(|cut| bytes[cut..].iter().all(|&b| b == 0))
-        {
-            scan.torn_at = None;
-        }
+        // A bad frame past the entries known synced may be a write a crash cut short; before
+        // them it is damage. With intact frames after it, only in the last segment (a segment
+        // is synced before the next one gets any entry).
+        let unsynced = synced.is_none_or(|s| first + scan.records.len() as u64 > s);
+        let cut = match scan.torn_at.or(scan.repaired_at) {
+            None => None,
+            // Nothing but zeros after the entries: the zeros written ahead of them, the end.
+            Some(bad) if bytes[bad..].iter().all(|&b| b == 0) => None,
+            Some(bad) if unsynced && (scan.torn_at.is_some() || last) && cut_short(&bytes, bad) => {
+                Some(bad)
+            }
+            Some(bad) => return Err(corrupt(bad)),
+        };
         let file = OpenOptions::new().write(true).open(&path).map_err(at)?;
-        let mut allocated = size;
-        if let Some(cut) = scan.torn_at {
+        let mut allocated = bytes.len() as u64;
+        if let Some(cut) = cut {
             tracing::warn!(file = %path.display(), offset = cut, "dropped a torn final Raft log entry (crash during a write)");
             truncate_log(&file, cut as u64).map_err(at)?;
             allocated = cut as u64;
@@ -481,8 +508,41 @@ impl Log {
             ends: scan.ends.iter().map(|&e| e as u64).collect(),
             allocated,
         });
-        Ok(scan.torn_at.is_some())
+        Ok(cut.is_some())
     }
+}
+
+/// The unit a disk writes whole or loses whole when the power goes.
+const SECTOR: usize = 512;
+
+/// Whether the bad frame at `at` is a write a crash cut short rather than one damaged after it
+/// was written whole: the file ends inside it (a segment that grew with its writes), or it
+/// lost a sector, some sector's share of it (from `at` to the frame's end, or to the next
+/// sector when its header is gone) reading as zeros. An append overwrites zeros written ahead,
+/// so a crash before its sync may keep any of its sectors and lose the others, in any order,
+/// and the lost ones read as those zeros. A flipped bit leaves no zeroed sector behind (a frame
+/// starts with its magic byte, and no entry holds a sector of zeros), unless the few bytes of
+/// the damaged frame past its last sector boundary happen to be zeros: that one reads as cut
+/// short, and is dropped with a warning.
+fn cut_short(bytes: &[u8], at: usize) -> bool {
+    let Some(head) = bytes.get(at..at + FRAME_HEADER) else {
+        return true;
+    };
+    let end = match frame_payload_len(head.try_into().expect("a header's length")) {
+        Some(len) if at + FRAME_HEADER + len > bytes.len() => return true,
+        Some(len) => at + FRAME_HEADER + len,
+        None => (at / SECTOR + 1) * SECTOR,
+    }
+    .min(bytes.len());
+    let mut from = at;
+    while from < end {
+        let to = ((from / SECTOR + 1) * SECTOR).min(end);
+        if bytes[from..to].iter().all(|&b| b == 0) {
+            return true;
+        }
+        from = to;
+    }
+    false
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {

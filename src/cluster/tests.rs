@@ -241,8 +241,8 @@ fn frames_end(seg: &Path) -> u64 {
 fn a_torn_final_entry_is_dropped_and_the_log_goes_on_after_it() {
     TypeConfig::run(async {
         // A crash during the last write left a prefix of its frame: the file ends inside it
-        // (as a file system that had not grown it yet leaves it), or the rest of the frame
-        // reads as the zeros written ahead.
+        // (as a file system that had not grown it yet leaves it), or its last sector reads as
+        // the zeros written ahead.
         for zeroed in [false, true] {
             let dir = TempDir::new("torn");
             let (_, journal) = journal();
@@ -254,7 +254,12 @@ fn a_torn_final_entry_is_dropped_and_the_log_goes_on_after_it() {
             let end = frames_end(seg);
             let file = fs::OpenOptions::new().write(true).open(seg).unwrap();
             match zeroed {
-                true => file.write_all_at(&[0; 5], end - 5).unwrap(),
+                true => {
+                    let ends = frame_ends(seg);
+                    let from = ((end - 1) / 512 * 512).max(ends[ends.len() - 2] as u64);
+                    file.write_all_at(&vec![0; (end - from) as usize], from)
+                        .unwrap()
+                }
                 false => file.set_len(end - 5).unwrap(),
             }
             let mut log = LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
@@ -314,6 +319,96 @@ fn the_zeros_ahead_end_the_log_and_only_the_last_segment_keeps_them() {
     });
 }
 
+/// Where each intact frame of a segment ends.
+fn frame_ends(seg: &Path) -> Vec<usize> {
+    scan_with(fs::read(seg).unwrap().into(), false, codec::dec_entry)
+        .unwrap()
+        .ends
+}
+
+/// A power loss during a sync may keep some sectors of the appends it was writing and lose
+/// others (they overwrite zeros written ahead, so the lost ones read as zeros): past the
+/// entries known synced, the log ends at the first frame that lost one; before, the same
+/// damage refuses to open.
+#[test]
+fn a_sector_lost_out_of_order_ends_the_log_unless_it_was_synced() {
+    TypeConfig::run(async {
+        for committed in [false, true] {
+            let dir = TempDir::new("lost-sector");
+            let ents = entries(&journal().1, 0, 1, 0);
+            let mut log = LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
+            log.blocking_append(ents[..4].to_vec()).await.unwrap();
+            log.blocking_append(ents[4..].to_vec()).await.unwrap();
+            if committed {
+                let last = ents.last().unwrap().log_id;
+                log.save_committed(Some(last)).await.unwrap();
+            }
+            drop(log);
+            let seg = &segments(&dir.0)[0];
+            let ends = frame_ends(seg);
+            // The fifth entry's first sector lost; entries after the boundary kept.
+            let (start, boundary) = (ends[3], (ends[3] / 512 + 1) * 512);
+            assert!(
+                ends[ends.len() - 2] >= boundary,
+                "a whole frame after the lost sector"
+            );
+            let file = fs::OpenOptions::new().write(true).open(seg).unwrap();
+            file.write_all_at(&vec![0; boundary - start], start as u64)
+                .unwrap();
+            match LogStore::open(&dir.0, SEGMENT_BYTES) {
+                Ok(mut log) => {
+                    assert!(!committed, "a synced entry's damage must refuse to open");
+                    assert_eq!(all(&mut log).await, ents[..4].to_vec());
+                }
+                Err(e) => {
+                    assert!(committed, "{e}");
+                    assert!(e.contains("corrupt Raft log entry at offset"), "{e}");
+                }
+            }
+        }
+    });
+}
+
+/// A crash at a segment roll-over: the next segment's file exists, empty, before the last
+/// entries of the one before were written. The empty file is dropped, not taken for a gap.
+#[test]
+fn an_empty_segment_made_before_its_predecessor_was_written_is_dropped() {
+    TypeConfig::run(async {
+        let dir = TempDir::new("rollover");
+        let ents = entries(&journal().1, 0, 1, 0);
+        let mut log = LogStore::open(&dir.0, 300).unwrap();
+        log.blocking_append(ents.clone()).await.unwrap();
+        drop(log);
+        let mut segs = segments(&dir.0);
+        let last = segs.pop().unwrap();
+        let before = segs.pop().unwrap();
+        // The last entry of the one before and every entry of the last were never written.
+        let kept = ents.len() - frame_ends(&last).len() - 1;
+        let ends = frame_ends(&before);
+        let file = fs::OpenOptions::new().write(true).open(&before).unwrap();
+        file.set_len(ends[ends.len() - 2] as u64).unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&last)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let mut log = LogStore::open(&dir.0, 300).unwrap();
+        assert_eq!(all(&mut log).await, ents[..kept].to_vec());
+        assert!(!last.exists(), "the empty segment was removed");
+        // A segment that holds entries and does not follow is still a gap.
+        drop(log);
+        let dir = TempDir::new("gap-kept");
+        let mut log = LogStore::open(&dir.0, 300).unwrap();
+        log.blocking_append(ents.clone()).await.unwrap();
+        drop(log);
+        let segs = segments(&dir.0);
+        fs::remove_file(&segs[segs.len() - 2]).unwrap();
+        let err = LogStore::open(&dir.0, 300).err().expect("refused");
+        assert!(err.contains("gap"), "{err}");
+    });
+}
+
 #[test]
 fn damage_before_the_end_refuses_to_open() {
     TypeConfig::run(async {
@@ -339,6 +434,17 @@ fn damage_before_the_end_refuses_to_open() {
                 && err.contains("corrupt Raft log entry at offset 0"),
             "{err}"
         );
+        // A flipped bit in the last entry, which the zeros written ahead follow: damage too.
+        let dir = write(SEGMENT_BYTES).await;
+        let seg = segments(&dir.0)[0].clone();
+        let ends = frame_ends(&seg);
+        let mut bytes = fs::read(&seg).unwrap();
+        bytes[ends[ends.len() - 2] + 12] ^= 0x08;
+        fs::write(&seg, &bytes).unwrap();
+        let err = LogStore::open(&dir.0, SEGMENT_BYTES)
+            .err()
+            .expect("refused");
+        assert!(err.contains("corrupt Raft log entry"), "{err}");
         // A segment missing between others: a gap in the indexes.
         let dir = write(1).await;
         fs::remove_file(&segments(&dir.0)[2]).unwrap();

@@ -134,6 +134,9 @@ const PAGE: usize = 4096;
 ///   longer before the pages of the write reached the disk (ext4 without data ordering, xfs)
 ///   reads those pages back as zeros, and a preallocated tail reads as zeros.
 ///
+/// (The cluster's Raft log, which writes over zeros written ahead, adds a rule of its own for
+/// sectors a power loss kept out of order: `cluster/log.rs` `cut_short`.)
+///
 /// Anything else, such as a frame of full length whose checksum fails with nonzero bytes up to
 /// the end (a flipped bit), is damage: it may be a change that was acknowledged, so it is not
 /// dropped quietly. Two cases are left that no check can tell: a flipped bit in the last frame's
