@@ -26,12 +26,13 @@
 //! At open, zeros after a segment's last frame are its end. A frame a crash cut short (the file
 //! ends inside it, or a sector of it reads as zeros: [`cut_short`]) past the committed id on
 //! disk ends the log and is cut off: nothing after it was acknowledged, since callbacks fire
-//! only after the sync of every earlier write. In the last segment this holds with intact
-//! frames after it too: a power loss during a sync may keep some sectors of the appends over
-//! the zeros ahead and lose others. An empty last segment that does not follow is dropped (made
-//! at a roll-over before the last entries of the one before were written). Any other bad frame
+//! only after the sync of every earlier write. In the last segment holding anything (empty
+//! ones after it were made at a roll-over before its sync) this holds with intact frames after
+//! it too: a power loss during a sync may keep some sectors of the appends over the zeros ahead
+//! and lose others. An empty last segment that does not follow is dropped. Any other bad frame
 //! (a flipped bit, or any damage before the committed id), or a gap between indexes, refuses to
-//! open, as a shard log's corruption stops the start.
+//! open, as a shard log's corruption stops the start. Every segment is synced at open: what a
+//! process killed before its sync left in the page cache is served from then on.
 //!
 //! Every entry after the purged one is also kept in memory, where readers take it from;
 //! openraft purges what a snapshot holds, which bounds it.
@@ -265,17 +266,27 @@ impl LogStore {
             segments: Vec::new(),
             entries: BTreeMap::new(),
         };
-        let mut torn = false;
-        let count = firsts.len();
-        for (i, first) in firsts.into_iter().enumerate() {
+        let mut files = Vec::with_capacity(firsts.len());
+        for first in firsts {
             let path = segment_path(dir, first);
+            let bytes = Bytes::from(fs::read(&path).map_err(|e| at(&path, e))?);
+            files.push((first, path, bytes));
+        }
+        // The segments after the last one holding anything: made at a roll-over, their first
+        // writes lost (a segment's file exists before the one before it is synced).
+        let holding = files
+            .iter()
+            .rposition(|(_, _, b)| b.iter().any(|&b| b != 0));
+        let mut torn = false;
+        for (i, (first, path, bytes)) in files.into_iter().enumerate() {
             if torn {
                 // After a torn frame: written by the same unfinished sync, never acknowledged.
                 fs::remove_file(&path).map_err(|e| at(&path, e))?;
                 continue;
             }
+            let last = holding.is_none_or(|h| i >= h);
             let synced = committed.map(|c| c.index);
-            torn = log.load_segment(first, path, i + 1 == count, synced)?;
+            torn = log.load_segment(first, path, bytes, last, synced)?;
         }
         sync_dir(dir).map_err(|e| at(dir, e))?;
         let writer = Writer::start().map_err(|e| format!("the Raft log's writer thread: {e}"))?;
@@ -427,19 +438,20 @@ fn read_meta(path: &Path) -> Result<Meta, String> {
 }
 
 impl Log {
-    /// Loads one segment, in order; true when it ends the log (a torn frame, cut off, or a
-    /// last segment that holds nothing and does not follow: what comes after was never
-    /// acknowledged). `last`: no segment follows it; `synced`: the committed id read at open
-    /// (its entries were synced before it was written).
+    /// Loads one segment (its file's `bytes`), in order, and syncs it: what a process killed
+    /// before its sync left in the page cache is served from now on. True when it ends the log
+    /// (a torn frame, cut off, or a last segment that holds nothing and does not follow: what
+    /// comes after was never acknowledged). `last`: no later segment holds anything; `synced`:
+    /// the committed id read at open (its entries were synced before it was written).
     fn load_segment(
         &mut self,
         first: u64,
         path: PathBuf,
+        bytes: Bytes,
         last: bool,
         synced: Option<u64>,
     ) -> Result<bool, String> {
         let at = |e: io::Error| format!("{}: {e}", path.display());
-        let bytes = Bytes::from(fs::read(&path).map_err(at)?);
         let corrupt = |offset: usize| {
             format!(
                 "{}: corrupt Raft log entry at offset {offset} (damaged after it was written \
@@ -489,12 +501,24 @@ impl Log {
             Some(bad) => return Err(corrupt(bad)),
         };
         let file = OpenOptions::new().write(true).open(&path).map_err(at)?;
-        let mut allocated = bytes.len() as u64;
-        if let Some(cut) = cut {
-            tracing::warn!(file = %path.display(), offset = cut, "dropped a torn final Raft log entry (crash during a write)");
-            truncate_log(&file, cut as u64).map_err(at)?;
-            allocated = cut as u64;
-        }
+        let end = scan.ends.last().map_or(0, |&e| e as u64);
+        let allocated = match cut {
+            Some(cut) => {
+                tracing::warn!(file = %path.display(), offset = cut, "dropped a torn Raft log entry and everything after it (crash during a write)");
+                truncate_log(&file, cut as u64).map_err(at)?;
+                cut as u64
+            }
+            // Zeros ahead of a segment another follows: a kill -9 came before the roll-over
+            // cut them. Cut now, so that only the last segment keeps any.
+            None if !last && bytes.len() as u64 > end => {
+                truncate_log(&file, end).map_err(at)?;
+                end
+            }
+            None => {
+                file.sync_data().map_err(at)?;
+                bytes.len() as u64
+            }
+        };
         let purged = self.meta.purged.map_or(0, |p| p.index + 1);
         for ent in scan.records {
             if ent.log_id.index >= purged {

@@ -369,6 +369,51 @@ fn a_sector_lost_out_of_order_ends_the_log_unless_it_was_synced() {
     });
 }
 
+/// A power loss at a segment roll-over: the next segment's file exists, empty, while the sync
+/// of the one before had kept some sectors of its last appends and lost others. The empty
+/// file does not make the one before a middle segment: its lost sector still ends the log.
+#[test]
+fn a_sector_lost_before_an_empty_next_segment_ends_the_log() {
+    TypeConfig::run(async {
+        let dir = TempDir::new("rollover-lost");
+        let ents = entries(&journal().1, 0, 1, 0);
+        let mut log = LogStore::open(&dir.0, 1200).unwrap();
+        log.blocking_append(ents.clone()).await.unwrap();
+        drop(log);
+        let segs = segments(&dir.0);
+        assert!(segs.len() >= 2, "{} segments", segs.len());
+        let (before, last) = (&segs[segs.len() - 2], &segs[segs.len() - 1]);
+        let ends = frame_ends(before);
+        // Its second frame's first sector lost, a whole frame after the sector kept.
+        let (start, boundary) = (ends[0], (ends[0] / 512 + 1) * 512);
+        assert!(
+            ends[ends.len() - 2] >= boundary,
+            "a whole frame after the lost sector"
+        );
+        let file = fs::OpenOptions::new().write(true).open(before).unwrap();
+        file.write_all_at(&vec![0; boundary - start], start as u64)
+            .unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(last)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let first = segment_first_index(before);
+        let mut log = LogStore::open(&dir.0, 1200).unwrap();
+        assert_eq!(all(&mut log).await, ents[..first as usize + 1].to_vec());
+        assert!(!last.exists(), "the empty segment was removed");
+    });
+}
+
+/// The first index a segment file's name gives.
+fn segment_first_index(seg: &Path) -> u64 {
+    let name = seg.file_name().unwrap().to_str().unwrap();
+    name["log-".len()..name.len() - ".seg".len()]
+        .parse()
+        .unwrap()
+}
+
 /// A crash at a segment roll-over: the next segment's file exists, empty, before the last
 /// entries of the one before were written. The empty file is dropped, not taken for a gap.
 #[test]
