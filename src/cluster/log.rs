@@ -148,7 +148,7 @@ fn segment_path(dir: &Path, first: u64) -> PathBuf {
 }
 
 /// The first index a segment's file name gives.
-fn segment_first(name: &str) -> Option<u64> {
+pub(super) fn segment_first(name: &str) -> Option<u64> {
     name.strip_prefix("log-")?
         .strip_suffix(".seg")?
         .parse()
@@ -277,6 +277,7 @@ impl LogStore {
         let holding = files
             .iter()
             .rposition(|(_, _, b)| b.iter().any(|&b| b != 0));
+        let synced = committed.map(|c| c.index);
         let mut torn = false;
         for (i, (first, path, bytes)) in files.into_iter().enumerate() {
             if torn {
@@ -285,7 +286,6 @@ impl LogStore {
                 continue;
             }
             let last = holding.is_none_or(|h| i >= h);
-            let synced = committed.map(|c| c.index);
             torn = log.load_segment(first, path, bytes, last, synced)?;
         }
         sync_dir(dir).map_err(|e| at(dir, e))?;

@@ -17,7 +17,7 @@ use openraft::StorageError;
 
 use super::codec;
 use super::entry::ShardEntry;
-use super::log::{LogStore, SEGMENT_BYTES};
+use super::log::{segment_first, LogStore, SEGMENT_BYTES};
 use super::state::StateMachine;
 use super::{Entry, LeaderId, LogId, Membership, Payload, Peer, TypeConfig, Vote};
 use crate::engine::journal::Record;
@@ -233,8 +233,7 @@ fn truncation_and_purge_survive_a_restart() {
 
 /// Where a segment's intact frames end (the zeros ahead follow them).
 fn frames_end(seg: &Path) -> u64 {
-    let scan = scan_with(fs::read(seg).unwrap().into(), false, codec::dec_entry).unwrap();
-    scan.ends.last().map_or(0, |&end| end as u64)
+    frame_ends(seg).last().map_or(0, |&end| end as u64)
 }
 
 #[test]
@@ -326,6 +325,21 @@ fn frame_ends(seg: &Path) -> Vec<usize> {
         .ends
 }
 
+/// Zeros the frame of `seg` that starts at `start` from there to the next sector boundary, as
+/// a power loss that lost that sector of an unsynced write leaves it; a whole frame must be
+/// left after the boundary.
+fn lose_sector_at(seg: &Path, start: usize) {
+    let ends = frame_ends(seg);
+    let boundary = (start / 512 + 1) * 512;
+    assert!(
+        ends[ends.len() - 2] >= boundary,
+        "a whole frame after the lost sector"
+    );
+    let file = fs::OpenOptions::new().write(true).open(seg).unwrap();
+    file.write_all_at(&vec![0; boundary - start], start as u64)
+        .unwrap();
+}
+
 /// A power loss during a sync may keep some sectors of the appends it was writing and lose
 /// others (they overwrite zeros written ahead, so the lost ones read as zeros): past the
 /// entries known synced, the log ends at the first frame that lost one; before, the same
@@ -345,16 +359,8 @@ fn a_sector_lost_out_of_order_ends_the_log_unless_it_was_synced() {
             }
             drop(log);
             let seg = &segments(&dir.0)[0];
-            let ends = frame_ends(seg);
             // The fifth entry's first sector lost; entries after the boundary kept.
-            let (start, boundary) = (ends[3], (ends[3] / 512 + 1) * 512);
-            assert!(
-                ends[ends.len() - 2] >= boundary,
-                "a whole frame after the lost sector"
-            );
-            let file = fs::OpenOptions::new().write(true).open(seg).unwrap();
-            file.write_all_at(&vec![0; boundary - start], start as u64)
-                .unwrap();
+            lose_sector_at(seg, frame_ends(seg)[3]);
             match LogStore::open(&dir.0, SEGMENT_BYTES) {
                 Ok(mut log) => {
                     assert!(!committed, "a synced entry's damage must refuse to open");
@@ -383,35 +389,19 @@ fn a_sector_lost_before_an_empty_next_segment_ends_the_log() {
         let segs = segments(&dir.0);
         assert!(segs.len() >= 2, "{} segments", segs.len());
         let (before, last) = (&segs[segs.len() - 2], &segs[segs.len() - 1]);
-        let ends = frame_ends(before);
         // Its second frame's first sector lost, a whole frame after the sector kept.
-        let (start, boundary) = (ends[0], (ends[0] / 512 + 1) * 512);
-        assert!(
-            ends[ends.len() - 2] >= boundary,
-            "a whole frame after the lost sector"
-        );
-        let file = fs::OpenOptions::new().write(true).open(before).unwrap();
-        file.write_all_at(&vec![0; boundary - start], start as u64)
-            .unwrap();
+        lose_sector_at(before, frame_ends(before)[0]);
         fs::OpenOptions::new()
             .write(true)
             .open(last)
             .unwrap()
             .set_len(0)
             .unwrap();
-        let first = segment_first_index(before);
+        let first = segment_first(before.file_name().unwrap().to_str().unwrap()).unwrap();
         let mut log = LogStore::open(&dir.0, 1200).unwrap();
         assert_eq!(all(&mut log).await, ents[..first as usize + 1].to_vec());
         assert!(!last.exists(), "the empty segment was removed");
     });
-}
-
-/// The first index a segment file's name gives.
-fn segment_first_index(seg: &Path) -> u64 {
-    let name = seg.file_name().unwrap().to_str().unwrap();
-    name["log-".len()..name.len() - ".seg".len()]
-        .parse()
-        .unwrap()
 }
 
 /// A crash at a segment roll-over: the next segment's file exists, empty, before the last
