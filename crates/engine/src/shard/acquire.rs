@@ -140,7 +140,7 @@ impl Shard {
                 weight,
                 meta,
             };
-            let token = grant(&ns, s, l, want, now, &mut self.cx);
+            let token = grant(&n.name, s, l, want, now, &mut self.cx);
             self.cx.stats.acquire_acquired += 1;
             if held.is_some_and(|h| h > weight) {
                 serve(n, &sem, now, &mut self.cx);
@@ -154,7 +154,7 @@ impl Shard {
             )));
         }
         let Some(client) = client.filter(|_| timeout > 0) else {
-            touch(&ns, s, now, &mut self.cx.journal);
+            touch(&n.name, s, now, &mut self.cx.journal);
             self.cx.stats.acquire_unavailable += 1;
             return Ok(Exec::Reply(view::acquire(Outcome::Unavailable, s, None)));
         };
@@ -226,7 +226,7 @@ impl Shard {
                     weight: p.weight,
                     meta: meta.clone(),
                 };
-                tokens.push(Some(grant(&ns, s, l, want, now, &mut self.cx)));
+                tokens.push(Some(grant(&n.name, s, l, want, now, &mut self.cx)));
             }
             self.cx.stats.acquire_acquired += 1;
             serve_many(n, shrunk, now, &mut self.cx);
@@ -236,7 +236,7 @@ impl Shard {
         let Some(client) = client.filter(|_| timeout > 0) else {
             for sem in &sems {
                 let s = n.semaphores.get_mut(sem).expect("checked above");
-                touch(&ns, s, now, &mut self.cx.journal);
+                touch(&n.name, s, now, &mut self.cx.journal);
             }
             self.cx.stats.acquire_unavailable += 1;
             let holds = sems.iter().map(|s| (&n.semaphores[s], None));
@@ -275,8 +275,8 @@ impl Shard {
         }
         s.last_activity_at = now;
         self.cx.journal.push(Record::HoldDel {
-            ns: ns.clone(),
-            sem: sem.clone(),
+            ns: n.name.clone(),
+            sem: s.name.clone(),
             lease: l.id,
             at: now,
         });

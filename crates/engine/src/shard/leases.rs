@@ -47,7 +47,7 @@ impl Shard {
             holds: Holds::None,
         };
         let reply = view::lease(&lease);
-        self.cx.journal.push(journal::lease_put(&ns, &lease));
+        self.cx.journal.push(journal::lease_put(&n.name, &lease));
         let (key, r) = (n.key, n.leases.insert(lease));
         self.add_lease_timer(expires_at, key, r);
         Ok(reply)
@@ -76,7 +76,7 @@ impl Shard {
         let l = &mut n.leases[r];
         let before = l.expires_at;
         l.expires_at = now.saturating_add(ttl);
-        self.cx.journal.push(journal::lease_put(&ns, l));
+        self.cx.journal.push(journal::lease_put(&n.name, l));
         let (reply, at, key) = (view::lease(l), l.expires_at, n.key);
         // The old expiry entry stays behind, stale.
         if at != before {

@@ -56,7 +56,7 @@ impl Shard {
     /// NS.DELETE: its parked acquires end NOTFOUND; deleting a missing namespace is a no-op.
     pub(super) fn ns_delete(&mut self, ns: &Name) -> Reply {
         if let Some(n) = self.namespaces.remove(ns) {
-            self.cx.journal.push(Record::NsDel { name: ns.clone() });
+            self.cx.journal.push(Record::NsDel { name: n.name });
             self.cx.namespace_count.fetch_sub(1, Ordering::AcqRel);
             // Its leases' expiry entries stay behind, stale (their key names no namespace).
             self.keys.remove(n.key);

@@ -43,7 +43,7 @@ impl Shard {
         let sem = sem.detached();
         let s = Semaphore::new(sem.clone(), permits, desc, meta, now);
         let reply = view::semaphore(&s);
-        self.cx.journal.push(journal::sem_put(&ns, &s));
+        self.cx.journal.push(journal::sem_put(&n.name, &s));
         n.add_semaphore(s);
         Ok(reply)
     }
@@ -88,7 +88,7 @@ impl Shard {
         s.version += 1;
         s.updated_at = now;
         s.check();
-        self.cx.journal.push(journal::sem_put(&ns, s));
+        self.cx.journal.push(journal::sem_put(&n.name, s));
         // Waiters that can never fit any more end now; the rest may fit now.
         let too_heavy: Vec<(WaiterId, Error)> = s
             .queue
@@ -125,8 +125,8 @@ impl Shard {
         }
         let s = n.remove_semaphore(sem).expect("found above");
         self.cx.journal.push(Record::SemDel {
-            ns: ns.clone(),
-            name: sem.clone(),
+            ns: n.name.clone(),
+            name: s.name.clone(),
         });
         for h in s.holders.iter() {
             n.leases[h.lease].holds.remove(s.key);
