@@ -6,7 +6,7 @@
 //! address; a node restarted while its peers are down knows no leader, nor does one whose
 //! leader and other peer stopped; the leader shows a follower that stopped answering as
 //! failed, and lists it again once it answers; a node's `--dir` is refused to a single node
-//! and to another node id. Bounds are generous
+//! and to another node id; a follower past `--maxmemory` redirects. Bounds are generous
 //! (elections start 0.9-1.2 s after a leader dies; a loaded 2-core box is slower).
 
 mod cluster_harness;
@@ -557,4 +557,18 @@ fn a_node_behind_a_port_mapping_is_announced_at_its_cluster_announce_address() {
     let elapsed = started.elapsed();
     eprintln!("done after {elapsed:?}");
     assert!(elapsed < Duration::from_secs(60), "{elapsed:?}");
+}
+
+/// As Redis Cluster: a follower past `--maxmemory` sends a command for the leader's slots there
+/// (`MOVED`) instead of refusing it `OOM`; the leader, which would run it, refuses it.
+#[test]
+fn a_follower_past_maxmemory_redirects_and_only_the_leader_refuses_oom() {
+    let members = three_nodes_with(&["--maxmemory", "1mb"]);
+    let first = wait_for_leader(&members, &[0, 1, 2]);
+    let err = run_ready(&members[first].server, &["NS.CREATE", "team"]).unwrap_err();
+    assert_eq!(err.code(), Some("OOM"), "{err:?}");
+    for m in members.iter().enumerate().filter(|(i, _)| *i != first) {
+        let err = call(&mut m.1.server.conn(), &["NS.CREATE", "team"]).unwrap_err();
+        assert_eq!(err.code(), Some("MOVED"), "{err:?}");
+    }
 }

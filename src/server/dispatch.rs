@@ -149,6 +149,12 @@ impl Dispatch {
             let peer = conn.session.client().addr();
             conn.g.monitors.feed(spec.cmd, argv, peer);
         }
+        // As Redis Cluster, a command for a slot this node does not serve is refused before it
+        // is queued in a transaction, and before --maxmemory: only the node that would run it
+        // judges its memory (a follower past its limit still redirects).
+        if let Some(e) = cluster::refusal(&conn.g, spec, argv) {
+            return self.refuse(conn, spec, e).await;
+        }
         // Past --maxmemory: what would add state is refused, and so is queueing anything into a
         // transaction (the queue grows), as Redis does; EXEC, DISCARD, QUIT and RESET always go
         // through.
@@ -158,11 +164,6 @@ impl Dispatch {
             return self
                 .refuse(conn, spec, Error::Oom(memory::OOM.into()))
                 .await;
-        }
-        // As Redis Cluster, a command for a slot this node does not serve is refused before it
-        // is queued in a transaction.
-        if let Some(e) = cluster::refusal(&conn.g, spec, argv) {
-            return self.refuse(conn, spec, e).await;
         }
         let started = Instant::now();
         match spec.cmd {
