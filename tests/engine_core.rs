@@ -2160,7 +2160,13 @@ fn nothing_the_engine_keeps_holds_a_slice_of_a_request() {
         };
         drop(argv);
         let exec = e.exec(req);
-        journal.extend(e.shard.take_journal());
+        assert!(
+            !matches!(&exec, Exec::Reply(r) if r.is_error()),
+            "{words:?} failed: {exec:?}"
+        );
+        let made = e.shard.take_journal();
+        assert!(!made.is_empty(), "{words:?} journaled nothing");
+        journal.extend(made);
         assert!(buf.is_unique(), "{words:?} kept a slice of its request");
         exec
     };
@@ -2206,7 +2212,14 @@ fn nothing_the_engine_keeps_holds_a_slice_of_a_request() {
     assert!(matches!(run(&mut e, &parked), Exec::Parked(_)));
     // The release serves the parked acquire: its grants are journaled too.
     run(&mut e, &["SEM.RELEASE", "ns", "s", &a]);
-    run(&mut e, &["SEM.ACQUIREALL", "ns", &a, "0", "t", "1"]);
+    let unavailable = run(
+        &mut e,
+        &["SEM.ACQUIREALL", "ns", &a, "0", "s", "1", "t", "1"],
+    );
+    assert!(matches!(unavailable, Exec::Reply(r) if outcome(&r) == UNAVAILABLE));
+    run(&mut e, &["SEM.RELEASE", "ns", "t", &b]);
+    let acquired = run(&mut e, &["SEM.ACQUIREALL", "ns", &a, "0", "t", "1"]);
+    assert!(matches!(acquired, Exec::Reply(r) if outcome(&r) == ACQUIRED));
     run(&mut e, &["LEASE.REVOKE", "ns", &a]);
     run(&mut e, &["SEM.DELETE", "ns", "t"]);
     run(&mut e, &["NS.DELETE", "ns"]);
