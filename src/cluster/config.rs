@@ -25,6 +25,9 @@ pub struct Timing {
     pub heartbeat_ms: u64,
     /// A snapshot is built once this many entries were applied since the last one.
     pub snapshot_after: u64,
+    /// And once the log grew by this many bytes since the last one asked for by size (its
+    /// entries stay in memory until a snapshot: `growth.rs`).
+    pub snapshot_after_bytes: u64,
     /// Entries a snapshot includes that are kept in the log anyway (a follower this close
     /// catches up from the log, not by a snapshot).
     pub keep_after_snapshot: u64,
@@ -43,6 +46,9 @@ impl Default for Timing {
             election_max_ms: 600,
             heartbeat_ms: 100,
             snapshot_after: 10_000,
+            // Half a single node's `--snapshot-threshold`: entries take two to three times
+            // their frames in memory (`growth.rs` has the measurements).
+            snapshot_after_bytes: 32 << 20,
             keep_after_snapshot: 1_000,
         }
     }

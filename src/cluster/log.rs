@@ -35,7 +35,8 @@
 //! process killed before its sync left in the page cache is served from then on.
 //!
 //! Every entry after the purged one is also kept in memory, where readers take it from;
-//! openraft purges what a snapshot holds, which bounds it.
+//! openraft purges what a snapshot holds, which bounds it: snapshots come by count and by the
+//! bytes appended (`growth.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -51,6 +52,7 @@ use bytes::{Bytes, BytesMut};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 
 use super::codec;
+use super::growth::Growth;
 use super::writer::{stopped, Append, Op, Writer};
 use super::{Entry, LogId, TypeConfig, Vote};
 use crate::persist::codec::{Dec, DecodeError, Enc};
@@ -204,6 +206,8 @@ struct Shared {
     committed: Arc<File>,
     /// The newest committed id's `committed` contents, written last when the store is dropped.
     newest: Mutex<Option<Bytes>>,
+    /// The bytes appended, for snapshots by size (`growth.rs`).
+    growth: Arc<Growth>,
 }
 
 impl Shared {
@@ -296,8 +300,14 @@ impl LogStore {
                 writer,
                 committed: Arc::new(committed_file),
                 newest: Mutex::default(),
+                growth: Arc::default(),
             }),
         })
+    }
+
+    /// What the log appends, counted in bytes (`growth.rs`).
+    pub fn growth(&self) -> Arc<Growth> {
+        self.shared.growth.clone()
     }
 
     fn log(&self) -> MutexGuard<'_, Log> {
@@ -375,6 +385,8 @@ impl LogStore {
         let Some(last) = parts.pop() else {
             return Ok(Some((done, self.shared.writer.run(Box::new(|| Ok(()))))));
         };
+        let bytes = parts.iter().chain([&last]).map(|p| p.bytes.len() as u64);
+        self.shared.growth.add(bytes.sum());
         // Only the last part tells: the writer syncs the earlier ones before it fires.
         for part in parts
             .into_iter()

@@ -24,6 +24,7 @@ mod coalesce;
 pub mod codec;
 pub mod config;
 pub mod entry;
+mod growth;
 pub mod log;
 pub mod network;
 pub mod node;

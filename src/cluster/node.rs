@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
+use super::growth::snapshot_by_size;
 use super::log::{LogStore, SEGMENT_BYTES};
 use super::network::{serve, set_client_addr, Heard, Network, Served, ANNOUNCE_WAIT};
 use super::stamps::{Stamp, Stamps};
@@ -586,9 +587,15 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
         .map_err(|e| format!("the cluster port {}: {e}", cfg.listen))?;
     let raft_addr = listener.local_addr().map_err(|e| e.to_string())?;
     let network = Network::of(&cfg);
+    let growth = log.growth();
     let raft = Raft::new(cfg.id, config, network, log, sm.clone())
         .await
         .map_err(|e| format!("Raft: {e}"))?;
+    tokio::spawn(snapshot_by_size(
+        raft.clone(),
+        growth,
+        cfg.timing.snapshot_after_bytes,
+    ));
     let (heard, heard_rx) = watch::channel(Heard::default());
     tokio::spawn(serve(
         listener,

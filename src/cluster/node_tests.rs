@@ -410,6 +410,41 @@ fn a_follower_far_behind_catches_up_by_a_snapshot() {
 }
 
 #[test]
+fn every_node_snapshots_and_purges_its_log_once_it_grew_by_snapshot_after_bytes() {
+    // Never by count here: only the bytes appended ask for a snapshot.
+    let timing = Timing {
+        snapshot_after: 1_000_000,
+        snapshot_after_bytes: 4 << 10,
+        keep_after_snapshot: 0,
+        ..Timing::default()
+    };
+    let mut c = Cluster::new("by-size", 3, timing);
+    c.start_all();
+    let (leader, lid, _) = c.wait_leader(WAIT);
+    // Some 60 bytes of frame each: a few entries stay far below 4 KiB.
+    let few = c.write(leader, lid, namespaces("a", 5));
+    c.wait_same_state(few);
+    for id in c.running() {
+        assert_eq!(
+            c.status(id).snapshot,
+            None,
+            "node {id} snapshotted below the size"
+        );
+    }
+    let last = c.write(leader, lid, namespaces("b", 200));
+    let state = c.wait_same_state(last);
+    for id in c.running() {
+        wait_until(&format!("node {id} purges by size"), WAIT, || {
+            c.status(id).purged.is_some()
+        });
+    }
+    // The state is whole after a restart from the snapshot and what the log kept.
+    c.stop(leader);
+    c.start(leader);
+    assert_eq!(c.wait_same_state(last), state);
+}
+
+#[test]
 fn cluster_init_refuses_when_a_peer_already_belongs_to_a_cluster() {
     let dir = TempDir::new("init-1");
     let port = free_port();
