@@ -392,14 +392,21 @@ impl PeerClient {
     }
 }
 
-/// Sends the files of a snapshot folder as pieces, then [`Piece::Done`].
+/// Sends the files of a snapshot folder as pieces, then [`Piece::Done`]. Every file is opened
+/// before the first piece goes: a snapshot built meanwhile removes the folder (`state.rs`
+/// `switch_to`), and an open file still reads to its end, where one opened later would be gone
+/// and the transfer would start over. Under load a node snapshots every few seconds
+/// (`growth.rs`), and a large state might then never get across.
 async fn send_files(conn: &mut TcpStream, dir: &Path) -> io::Result<()> {
-    let mut names: Vec<String> = fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
-        .collect::<io::Result<_>>()?;
-    names.sort();
-    for name in names {
-        let mut file = fs::File::open(dir.join(&name))?;
+    let mut files = fs::read_dir(dir)?
+        .map(|e| {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            let file = fs::File::open(dir.join(&name))?;
+            Ok((name, file))
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, mut file) in files {
         loop {
             let mut buf = vec![0u8; PIECE_BYTES];
             let n = file.read(&mut buf)?;
@@ -815,6 +822,40 @@ mod tests {
         b.succeeded();
         assert!(b.ready(t));
         assert_eq!(b.failed(t), FIRST_DELAY);
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_folder_removed_while_it_is_sent_still_arrives_whole() {
+        let dir = crate::cluster::tests::TempDir::new("send-files");
+        // Larger than the sockets' buffers: the sender waits for the reader in the first file.
+        let sent: Vec<(String, Vec<u8>)> = ["a", "b"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (name.to_string(), vec![i as u8 + 1; 16 * PIECE_BYTES + 7]))
+            .collect();
+        for (name, bytes) in &sent {
+            fs::write(dir.0.join(name), bytes).unwrap();
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut reader = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut writer, _) = listener.accept().await.unwrap();
+        let path = dir.0.clone();
+        let sending = tokio::spawn(async move { send_files(&mut writer, &path).await });
+        let mut got: Vec<(String, Vec<u8>)> = Vec::new();
+        while let Piece::Data { name, bytes } = recv(&mut reader, MAX_FRAME).await.unwrap() {
+            if got.is_empty() {
+                // A snapshot built meanwhile replaces the folder.
+                fs::remove_dir_all(&dir.0).unwrap();
+            }
+            match got.last_mut() {
+                Some((n, b)) if *n == name => b.extend_from_slice(&bytes),
+                _ => got.push((name, bytes.to_vec())),
+            }
+        }
+        sending.await.unwrap().unwrap();
+        assert_eq!(got, sent);
     }
 
     #[test]
