@@ -411,11 +411,13 @@ fn a_follower_far_behind_catches_up_by_a_snapshot() {
 
 #[test]
 fn every_node_snapshots_and_purges_its_log_once_it_grew_by_snapshot_after_bytes() {
-    // Never by count here: only the bytes appended ask for a snapshot.
+    // Never by count here: only the bytes appended ask for a snapshot. The log keeps 50
+    // entries a snapshot holds, so that a follower purges after its own snapshot, not after
+    // one the leader sent it.
     let timing = Timing {
         snapshot_after: 1_000_000,
         snapshot_after_bytes: 4 << 10,
-        keep_after_snapshot: 0,
+        keep_after_snapshot: 50,
         ..Timing::default()
     };
     let mut c = Cluster::new("by-size", 3, timing);
