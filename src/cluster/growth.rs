@@ -7,8 +7,8 @@
 //! So the log counts the bytes it appends, and once they pass `Timing::snapshot_after_bytes`
 //! since the last ask, [`snapshot_by_size`] asks openraft for a snapshot, as a single node
 //! replaces its snapshot once its shard log passes `--snapshot-threshold`. openraft drops an
-//! ask that comes while a snapshot is being built, so the log may grow by twice the bytes
-//! between two snapshots. With 32 MiB the same run's followers stayed at 220-250 MiB (the
+//! ask that comes while a snapshot is being built, so between two snapshots the log may grow
+//! by the bytes once more for each such ask. With 32 MiB the same run's followers stayed at 220-250 MiB (the
 //! entries since the last snapshot, and the 1,000 before it that openraft keeps).
 
 use std::sync::atomic::{AtomicU64, Ordering};
