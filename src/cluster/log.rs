@@ -549,7 +549,7 @@ impl Log {
 }
 
 /// The unit a disk writes whole or loses whole when the power goes.
-const SECTOR: usize = 512;
+pub(super) const SECTOR: usize = 512;
 
 /// Whether the bad frame at `at` is a write a crash cut short rather than one damaged after it
 /// was written whole: the file ends inside it (a segment that grew with its writes), or it

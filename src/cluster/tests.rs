@@ -17,7 +17,7 @@ use openraft::StorageError;
 
 use super::codec;
 use super::entry::ShardEntry;
-use super::log::{segment_first, LogStore, SEGMENT_BYTES};
+use super::log::{segment_first, LogStore, SECTOR, SEGMENT_BYTES};
 use super::state::StateMachine;
 use super::{Entry, LeaderId, LogId, Membership, Payload, Peer, TypeConfig, Vote};
 use crate::engine::journal::Record;
@@ -120,6 +120,21 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
 
 async fn all(log: &mut LogStore) -> Vec<Entry> {
     log.try_get_log_entries(..).await.unwrap()
+}
+
+/// Writes `ents` to a new log in `dir` with segments of `segment_bytes`, closes it, and lists
+/// its segments.
+async fn written(dir: &Path, segment_bytes: u64, ents: &[Entry]) -> Vec<PathBuf> {
+    let mut log = LogStore::open(dir, segment_bytes).unwrap();
+    log.blocking_append(ents.to_vec()).await.unwrap();
+    drop(log);
+    segments(dir)
+}
+
+/// Empties `file`, as a segment made at a roll-over whose writes a crash lost.
+fn empty(file: &Path) {
+    let f = fs::OpenOptions::new().write(true).open(file).unwrap();
+    f.set_len(0).unwrap();
 }
 
 #[test]
@@ -246,16 +261,14 @@ fn a_torn_final_entry_is_dropped_and_the_log_goes_on_after_it() {
             let dir = TempDir::new("torn");
             let (_, journal) = journal();
             let ents = entries(&journal, 0, 1, 0);
-            let mut log = LogStore::open(&dir.0, SEGMENT_BYTES).unwrap();
-            log.blocking_append(ents.clone()).await.unwrap();
-            drop(log);
-            let seg = &segments(&dir.0)[0];
+            let seg = &written(&dir.0, SEGMENT_BYTES, &ents).await[0];
             let end = frames_end(seg);
             let file = fs::OpenOptions::new().write(true).open(seg).unwrap();
             match zeroed {
                 true => {
                     let ends = frame_ends(seg);
-                    let from = ((end - 1) / 512 * 512).max(ends[ends.len() - 2] as u64);
+                    let from = ((end - 1) / SECTOR as u64 * SECTOR as u64)
+                        .max(ends[ends.len() - 2] as u64);
                     file.write_all_at(&vec![0; (end - from) as usize], from)
                         .unwrap()
                 }
@@ -330,7 +343,7 @@ fn frame_ends(seg: &Path) -> Vec<usize> {
 /// left after the boundary.
 fn lose_sector_at(seg: &Path, start: usize) {
     let ends = frame_ends(seg);
-    let boundary = (start / 512 + 1) * 512;
+    let boundary = (start / SECTOR + 1) * SECTOR;
     assert!(
         ends[ends.len() - 2] >= boundary,
         "a whole frame after the lost sector"
@@ -383,20 +396,12 @@ fn a_sector_lost_before_an_empty_next_segment_ends_the_log() {
     TypeConfig::run(async {
         let dir = TempDir::new("rollover-lost");
         let ents = entries(&journal().1, 0, 1, 0);
-        let mut log = LogStore::open(&dir.0, 1200).unwrap();
-        log.blocking_append(ents.clone()).await.unwrap();
-        drop(log);
-        let segs = segments(&dir.0);
+        let segs = written(&dir.0, 1200, &ents).await;
         assert!(segs.len() >= 2, "{} segments", segs.len());
         let (before, last) = (&segs[segs.len() - 2], &segs[segs.len() - 1]);
         // Its second frame's first sector lost, a whole frame after the sector kept.
         lose_sector_at(before, frame_ends(before)[0]);
-        fs::OpenOptions::new()
-            .write(true)
-            .open(last)
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        empty(last);
         let first = segment_first(before.file_name().unwrap().to_str().unwrap()).unwrap();
         let mut log = LogStore::open(&dir.0, 1200).unwrap();
         assert_eq!(all(&mut log).await, ents[..first as usize + 1].to_vec());
@@ -411,10 +416,7 @@ fn an_empty_segment_made_before_its_predecessor_was_written_is_dropped() {
     TypeConfig::run(async {
         let dir = TempDir::new("rollover");
         let ents = entries(&journal().1, 0, 1, 0);
-        let mut log = LogStore::open(&dir.0, 300).unwrap();
-        log.blocking_append(ents.clone()).await.unwrap();
-        drop(log);
-        let mut segs = segments(&dir.0);
+        let mut segs = written(&dir.0, 300, &ents).await;
         let last = segs.pop().unwrap();
         let before = segs.pop().unwrap();
         // The last entry of the one before and every entry of the last were never written.
@@ -422,22 +424,14 @@ fn an_empty_segment_made_before_its_predecessor_was_written_is_dropped() {
         let ends = frame_ends(&before);
         let file = fs::OpenOptions::new().write(true).open(&before).unwrap();
         file.set_len(ends[ends.len() - 2] as u64).unwrap();
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&last)
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        empty(&last);
         let mut log = LogStore::open(&dir.0, 300).unwrap();
         assert_eq!(all(&mut log).await, ents[..kept].to_vec());
         assert!(!last.exists(), "the empty segment was removed");
         // A segment that holds entries and does not follow is still a gap.
         drop(log);
         let dir = TempDir::new("gap-kept");
-        let mut log = LogStore::open(&dir.0, 300).unwrap();
-        log.blocking_append(ents.clone()).await.unwrap();
-        drop(log);
-        let segs = segments(&dir.0);
+        let segs = written(&dir.0, 300, &ents).await;
         fs::remove_file(&segs[segs.len() - 2]).unwrap();
         let err = LogStore::open(&dir.0, 300).err().expect("refused");
         assert!(err.contains("gap"), "{err}");
