@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
+use std::hash::{BuildHasher, Hasher};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -399,10 +400,24 @@ pub fn free_ports(count: usize) -> Vec<u16> {
     ports
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, never handed out before in this process,
+/// and below the kernel's ephemeral range (32768 and up): a port from that range may become
+/// the source port of any outgoing connection (another test's nodes dialing their peers)
+/// between this check and the server's bind. That failed a cluster start with "Address
+/// already in use" on a node's cluster port, which a cluster cannot retry alone (its nodes
+/// name each other's ports).
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local addr").port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        let p = 10_000 + (h.finish() % 22_000) as u16;
+        if !given.contains(&p) && TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            given.push(p);
+            return p;
+        }
+    }
 }
 
 /// A new, empty directory under the system temp dir, unique to this process and call.
