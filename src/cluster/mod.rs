@@ -7,7 +7,8 @@
 //! - `entry.rs`: what one Raft entry carries, a shard's result records of one loop turn;
 //! - `codec.rs`: openraft's entries, log ids, votes and memberships in our binary encoding;
 //! - `log.rs` and `writer.rs`: the Raft log in append-only segments of `persist`'s frames,
-//!   written over zeros written ahead and fdatasync'd on a thread of its own;
+//!   written over zeros written ahead and fdatasync'd on a thread of its own; `growth.rs`:
+//!   snapshots asked for by the log's size too, since the log keeps its entries in memory;
 //! - `state.rs`: the state machine, the shards' replicated state rebuilt by the clock-free
 //!   replay, with snapshots of `persist`'s per-shard encoding;
 //! - `wire.rs`: the RPCs peers exchange, one frame each; `auth.rs`: the cluster-secret
