@@ -1,4 +1,5 @@
-//! Snapshots by the log's size as well as by its count of entries.
+//! The log's size in memory: snapshots by the bytes appended as well as by the count of
+//! entries, and purges that keep a bounded size of entries before a snapshot.
 //!
 //! The log keeps every entry in memory until a snapshot lets openraft purge it, and openraft
 //! asks for a snapshot by count only (`Timing::snapshot_after` entries): a node's memory then
@@ -8,15 +9,28 @@
 //! since the last ask, [`snapshot_by_size`] asks openraft for a snapshot, as a single node
 //! replaces its snapshot once its shard log passes `--snapshot-threshold`. openraft drops an
 //! ask that comes while a snapshot is being built, so between two snapshots the log may grow
-//! by the bytes once more for each such ask. With 32 MiB the same run's followers stayed at 220-250 MiB (the
-//! entries since the last snapshot, and the 1,000 before it that openraft keeps).
+//! by the bytes once more for each such ask. With 32 MiB the same run's followers stayed at
+//! 220-250 MiB.
+//!
+//! Of what a snapshot holds, openraft keeps the last `Timing::keep_after_snapshot` entries,
+//! counted: at P=16 those 1,000 were some 40 MiB of frames, more than the log grew between two
+//! snapshots. [`purge_by_size`] purges, after each snapshot built here, all but the last
+//! `Timing::keep_after_snapshot_bytes` of them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::Notify;
+use openraft::metrics::Metric;
+use tokio::sync::{watch, Notify};
 
+use super::log::LogStore;
 use super::state::Raft;
+use super::LogId;
+
+/// How long a purge waits for openraft to take the snapshot it follows (it purges only what a
+/// snapshot it knows of holds); openraft takes one a few ms after it was built.
+const TAKEN_WAIT: Duration = Duration::from_secs(10);
 
 /// The bytes appended to the log, and the mark past which the node is told.
 #[derive(Debug)]
@@ -82,10 +96,34 @@ pub async fn snapshot_by_size(raft: Raft, growth: Arc<Growth>, bytes: u64) {
     }
 }
 
+/// After each snapshot `built` names, purges the log up to where the entries it keeps of the
+/// snapshot take at most `bytes` of frames (openraft's own purge keeps a count of them); it
+/// ends with the node's runtime.
+pub async fn purge_by_size(
+    raft: Raft,
+    log: LogStore,
+    mut built: watch::Receiver<Option<LogId>>,
+    bytes: u64,
+) {
+    while built.changed().await.is_ok() {
+        let Some(last) = *built.borrow_and_update() else {
+            continue;
+        };
+        let Some(upto) = log.purge_point(last.index, bytes) else {
+            continue;
+        };
+        let taken = raft
+            .wait(Some(TAKEN_WAIT))
+            .ge(Metric::Snapshot(Some(last)), "the snapshot built")
+            .await;
+        if taken.is_ok() && raft.trigger().purge_log(upto).await.is_err() {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[tokio::test]

@@ -314,6 +314,28 @@ impl LogStore {
         lock(&self.shared.log)
     }
 
+    /// The index to purge up to so that the entries kept up to `last` (those after it) take at
+    /// most `bytes` of frames; `None` when those not purged yet already do.
+    pub fn purge_point(&self, last: u64, bytes: u64) -> Option<u64> {
+        let log = self.log();
+        let purged = log.meta.purged.map(|id| id.index);
+        let mut kept = 0;
+        for seg in log.segments.iter().rev().filter(|s| s.first <= last) {
+            for index in (seg.first..seg.end().min(last + 1)).rev() {
+                if purged.is_some_and(|p| index <= p) {
+                    return None;
+                }
+                let j = (index - seg.first) as usize;
+                let start = if j == 0 { 0 } else { seg.ends[j - 1] };
+                kept += seg.ends[j] - start;
+                if kept > bytes {
+                    return Some(index);
+                }
+            }
+        }
+        None
+    }
+
     /// Puts `entries` in memory and queues their frames. An append of nothing hands back its
     /// callback with a barrier to wait for: it is flushed once what was queued before is.
     #[allow(clippy::type_complexity)]

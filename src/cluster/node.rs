@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
-use super::growth::snapshot_by_size;
+use super::growth::{purge_by_size, snapshot_by_size};
 use super::log::{LogStore, SEGMENT_BYTES};
 use super::network::{serve, set_client_addr, Heard, Network, Served, ANNOUNCE_WAIT};
 use super::stamps::{Stamp, Stamps};
@@ -588,6 +588,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
     let raft_addr = listener.local_addr().map_err(|e| e.to_string())?;
     let network = Network::of(&cfg);
     let growth = log.growth();
+    let reader = log.clone();
     let raft = Raft::new(cfg.id, config, network, log, sm.clone())
         .await
         .map_err(|e| format!("Raft: {e}"))?;
@@ -595,6 +596,12 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
         raft.clone(),
         growth,
         cfg.timing.snapshot_after_bytes,
+    ));
+    tokio::spawn(purge_by_size(
+        raft.clone(),
+        reader,
+        sm.built(),
+        cfg.timing.keep_after_snapshot_bytes,
     ));
     let (heard, heard_rx) = watch::channel(Heard::default());
     tokio::spawn(serve(

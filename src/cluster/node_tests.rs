@@ -447,6 +447,43 @@ fn every_node_snapshots_and_purges_its_log_once_it_grew_by_snapshot_after_bytes(
 }
 
 #[test]
+fn every_node_keeps_at_most_keep_after_snapshot_bytes_of_what_its_snapshot_holds() {
+    // Snapshots by count, every 100 entries; openraft alone would keep 1,000 entries of each
+    // and so purge nothing here. Some 100 bytes of frame an entry: 2 KiB is some 20 of them.
+    let timing = Timing {
+        snapshot_after: 100,
+        keep_after_snapshot: 1_000,
+        keep_after_snapshot_bytes: 2 << 10,
+        ..Timing::default()
+    };
+    let mut c = Cluster::new("keep-bytes", 3, timing);
+    c.start_all();
+    let (leader, lid, _) = c.wait_leader(WAIT);
+    let last = c.write(leader, lid, namespaces("k", 350));
+    let state = c.wait_same_state(last);
+    for id in c.running() {
+        wait_until(&format!("node {id} purges by size"), WAIT, || {
+            let s = c.status(id);
+            match (s.snapshot, s.purged) {
+                (Some(snap), Some(purged)) => snap + 100 > last && snap - purged <= 40,
+                _ => false,
+            }
+        });
+        let s = c.status(id);
+        let kept = s.snapshot.unwrap() - s.purged.unwrap();
+        assert!(
+            kept >= 10,
+            "node {id} kept {kept} entries of its snapshot: {s:?}"
+        );
+    }
+    // Restarted from the snapshot and the entries kept, a follower has the same state.
+    let follower = c.running().into_iter().find(|&id| id != leader).unwrap();
+    c.stop(follower);
+    c.start(follower);
+    assert_eq!(c.wait_same_state(last), state);
+}
+
+#[test]
 fn cluster_init_refuses_when_a_peer_already_belongs_to_a_cluster() {
     let dir = TempDir::new("init-1");
     let port = free_port();

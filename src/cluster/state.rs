@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use tokio::sync::watch;
 
 use super::codec;
 use super::{LogId, Payload, SnapshotMeta, StoredMembership, TypeConfig};
@@ -108,6 +109,8 @@ struct Machine {
 #[derive(Clone)]
 pub struct StateMachine {
     machine: Arc<Mutex<Machine>>,
+    /// The last log id of the newest snapshot built here (`growth.rs` purges after it).
+    built: Arc<watch::Sender<Option<LogId>>>,
 }
 
 fn io_err(path: &Path) -> impl Fn(io::Error) -> io::Error + '_ {
@@ -191,7 +194,13 @@ impl StateMachine {
         }
         Ok(StateMachine {
             machine: Arc::new(Mutex::new(m)),
+            built: Arc::new(watch::Sender::new(None)),
         })
+    }
+
+    /// The last log id of each snapshot built here, as it is built.
+    pub fn built(&self) -> watch::Receiver<Option<LogId>> {
+        self.built.subscribe()
     }
 
     /// A copy of shard `shard`'s committed state (through the snapshot encoding, the one
@@ -326,6 +335,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             last_membership: head.membership,
         };
         m.current = Some((meta.clone(), dir.clone()));
+        self.built.send_replace(head.last);
         Ok(Snapshot {
             meta,
             snapshot: SnapshotFiles { dir },

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use futures_util::stream;
 use openraft::storage::{
     RaftLogReader, RaftLogStorage, RaftLogStorageExt, RaftSnapshotBuilder, RaftStateMachine,
@@ -23,7 +24,7 @@ use super::{Entry, LeaderId, LogId, Membership, Payload, Peer, TypeConfig, Vote}
 use crate::engine::journal::Record;
 use crate::engine::types::Limits;
 use crate::engine::Shard;
-use crate::persist::log::scan_with;
+use crate::persist::log::{frame_with, scan_with};
 use crate::persist::snapshot;
 
 /// A fresh folder, removed when dropped.
@@ -243,6 +244,49 @@ fn truncation_and_purge_survive_a_restart() {
                 Some(log_id(1, 2))
             );
         }
+    });
+}
+
+#[test]
+fn the_purge_point_keeps_at_most_the_bytes_asked_across_segments_and_restarts() {
+    TypeConfig::run(async {
+        let (_, journal) = journal();
+        let ents = entries(&journal, 0, 1, 0);
+        let size = |i: usize| {
+            let mut out = BytesMut::new();
+            frame_with(&mut out, |out| codec::entry(out, &ents[i]));
+            out.len() as u64
+        };
+        // The frames of entries from..=to.
+        let frames = |from: usize, to: usize| (from..=to).map(size).sum::<u64>();
+        let last = ents.len() - 2;
+        let dir = TempDir::new("purge-point");
+        // Segments of two or three entries each.
+        let mut log = LogStore::open(&dir.0, 2 * size(0)).unwrap();
+        log.blocking_append(ents.clone()).await.unwrap();
+        for reopened in [false, true] {
+            let at = |bytes| log.purge_point(last as u64, bytes);
+            assert_eq!(at(0), Some(last as u64), "nothing kept");
+            assert_eq!(at(size(last)), Some(last as u64 - 1), "reopened {reopened}");
+            assert_eq!(at(size(last) - 1), Some(last as u64));
+            assert_eq!(at(frames(0, last)), None, "everything up to last fits");
+            assert_eq!(at(frames(1, last)), Some(0));
+            // Five entries' worth across segment files: the sixth goes.
+            assert_eq!(at(frames(last - 4, last)), Some(last as u64 - 5));
+            assert_eq!(at(frames(last - 4, last) - 1), Some(last as u64 - 4));
+            if !reopened {
+                drop(log);
+                assert!(segments(&dir.0).len() >= 3, "{:?}", segments(&dir.0));
+                log = LogStore::open(&dir.0, 2 * size(0)).unwrap();
+            }
+        }
+        // What is purged already is not purged again.
+        log.purge(log_id(1, last as u64 - 5)).await.unwrap();
+        assert_eq!(log.purge_point(last as u64, frames(last - 4, last)), None);
+        assert_eq!(
+            log.purge_point(last as u64, size(last)),
+            Some(last as u64 - 1)
+        );
     });
 }
 
