@@ -12,10 +12,12 @@
 //! by the bytes once more for each such ask. With 32 MiB the same run's followers stayed at
 //! 220-250 MiB.
 //!
-//! Of what a snapshot holds, openraft keeps the last `Timing::keep_after_snapshot` entries,
-//! counted: at P=16 those 1,000 were some 40 MiB of frames, more than the log grew between two
-//! snapshots. [`purge_by_size`] purges, after each snapshot built here, all but the last
-//! `Timing::keep_after_snapshot_bytes` of them.
+//! After a snapshot, the log keeps the last `Timing::keep_after_snapshot` entries it holds (a
+//! follower behind by no more catches up from the log; one further behind is sent the
+//! snapshot). openraft counts them; at P=16 its 1,000 were some 40 MiB of frames, more than
+//! the log grew between two snapshots. So [`purge_after_snapshot`] purges instead, after each
+//! snapshot built here: all but those entries, and of them all but the last
+//! `Timing::keep_after_snapshot_bytes` of frames.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -96,28 +98,41 @@ pub async fn snapshot_by_size(raft: Raft, growth: Arc<Growth>, bytes: u64) {
     }
 }
 
-/// After each snapshot `built` names, purges the log up to where the entries it keeps of the
-/// snapshot take at most `bytes` of frames (openraft's own purge keeps a count of them); it
-/// ends with the node's runtime.
-pub async fn purge_by_size(
+/// What the log keeps of a snapshot's entries: the last `entries` of them, and of those at
+/// most `bytes` of frames.
+#[derive(Debug, Clone, Copy)]
+pub struct Keep {
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+/// After each snapshot `built` names, purges the log of what the snapshot holds but what
+/// `keep` keeps; it ends with the node's runtime. The node's only purge policy: openraft's
+/// own (a count) is turned off, as it could fall below a purge of ours still pending (a
+/// leader waits for its replication streams), which openraft's debug assertions forbid.
+pub async fn purge_after_snapshot(
     raft: Raft,
     log: LogStore,
     mut built: watch::Receiver<Option<LogId>>,
-    bytes: u64,
+    keep: Keep,
 ) {
     while built.changed().await.is_ok() {
         let Some(last) = *built.borrow_and_update() else {
-            continue;
-        };
-        let Some(upto) = log.purge_point(last.index, bytes) else {
             continue;
         };
         let taken = raft
             .wait(Some(TAKEN_WAIT))
             .ge(Metric::Snapshot(Some(last)), "the snapshot built")
             .await;
-        if taken.is_ok() && raft.trigger().purge_log(upto).await.is_err() {
-            return;
+        if taken.is_err() {
+            continue;
+        }
+        let by_count = last.index.checked_sub(keep.entries);
+        let by_size = log.purge_point(last.index, keep.bytes);
+        if let Some(upto) = by_count.max(by_size) {
+            if raft.trigger().purge_log(upto).await.is_err() {
+                return;
+            }
         }
     }
 }

@@ -34,9 +34,9 @@
 //! open, as a shard log's corruption stops the start. Every segment is synced at open: what a
 //! process killed before its sync left in the page cache is served from then on.
 //!
-//! Every entry after the purged one is also kept in memory, where readers take it from;
-//! openraft purges what a snapshot holds, which bounds it: snapshots come by count and by the
-//! bytes appended (`growth.rs`).
+//! Every entry after the purged one is also kept in memory, where readers take it from; the
+//! purges after each snapshot bound it: snapshots come by count and by the bytes appended, and
+//! the entries kept of one by count and by bytes (`growth.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
-use super::growth::{purge_by_size, snapshot_by_size};
+use super::growth::{purge_after_snapshot, snapshot_by_size, Keep};
 use super::log::{LogStore, SEGMENT_BYTES};
 use super::network::{serve, set_client_addr, Heard, Network, Served, ANNOUNCE_WAIT};
 use super::stamps::{Stamp, Stamps};
@@ -561,7 +561,8 @@ fn openraft_config(cfg: &ClusterConfig) -> Result<openraft::Config, String> {
         // A whole snapshot per RPC: its files take longer than a heartbeat's 200 ms.
         install_snapshot_timeout: 30_000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_after),
-        max_in_snapshot_log_to_keep: t.keep_after_snapshot,
+        // Never by openraft's count: `growth.rs` purges after each snapshot, by count and size.
+        max_in_snapshot_log_to_keep: u64::MAX,
         ..Default::default()
     }
     .validate()
@@ -597,12 +598,11 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
         growth,
         cfg.timing.snapshot_after_bytes,
     ));
-    tokio::spawn(purge_by_size(
-        raft.clone(),
-        reader,
-        sm.built(),
-        cfg.timing.keep_after_snapshot_bytes,
-    ));
+    let keep = Keep {
+        entries: cfg.timing.keep_after_snapshot,
+        bytes: cfg.timing.keep_after_snapshot_bytes,
+    };
+    tokio::spawn(purge_after_snapshot(raft.clone(), reader, sm.built(), keep));
     let (heard, heard_rx) = watch::channel(Heard::default());
     tokio::spawn(serve(
         listener,

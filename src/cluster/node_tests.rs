@@ -423,7 +423,7 @@ fn every_node_snapshots_and_purges_its_log_once_it_grew_by_snapshot_after_bytes(
     let mut c = Cluster::new("by-size", 3, timing);
     c.start_all();
     let (leader, lid, _) = c.wait_leader(WAIT);
-    // Some 60 bytes of frame each: a few entries stay far below 4 KiB.
+    // 100 bytes of frame each: a few entries stay far below 4 KiB.
     let few = c.write(leader, lid, namespaces("a", 5));
     c.wait_same_state(few);
     for id in c.running() {
@@ -448,8 +448,8 @@ fn every_node_snapshots_and_purges_its_log_once_it_grew_by_snapshot_after_bytes(
 
 #[test]
 fn every_node_keeps_at_most_keep_after_snapshot_bytes_of_what_its_snapshot_holds() {
-    // Snapshots by count, every 100 entries; openraft alone would keep 1,000 entries of each
-    // and so purge nothing here. Some 100 bytes of frame an entry: 2 KiB is some 20 of them.
+    // Snapshots by count, every 100 entries; keeping 1,000 entries of each, by count alone,
+    // would purge nothing here. 100 bytes of frame an entry: 2 KiB is 20 of them.
     let timing = Timing {
         snapshot_after: 100,
         keep_after_snapshot: 1_000,
