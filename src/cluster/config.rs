@@ -31,7 +31,7 @@ pub struct Timing {
     /// Entries a snapshot includes that are kept in the log anyway (a follower this close
     /// catches up from the log, not by a snapshot).
     pub keep_after_snapshot: u64,
-    /// And of those, at most this many bytes of frames (2.8 times that in memory: `growth.rs`).
+    /// And of those, at most this many bytes of frames (2.8 times that in memory: `purge.rs`).
     pub keep_after_snapshot_bytes: u64,
 }
 

@@ -1,38 +1,22 @@
-//! The log's size in memory: snapshots by the bytes appended as well as by the count of
-//! entries, and purges that keep a bounded size of entries before a snapshot.
+//! Snapshots by the log's size as well as by its count of entries.
 //!
-//! The log keeps every entry in memory until a snapshot lets openraft purge it, and openraft
-//! asks for a snapshot by count only (`Timing::snapshot_after` entries): a node's memory then
-//! grows with the size of its entries. At P=16 (50 clients, some 380 commands an entry) the
-//! followers grew to 577 MiB in 12 s, and would have gone on to 10,000 entries (some 22 s).
-//! So the log counts the bytes it appends, and once they pass `Timing::snapshot_after_bytes`
-//! since the last ask, [`snapshot_by_size`] asks openraft for a snapshot, as a single node
-//! replaces its snapshot once its shard log passes `--snapshot-threshold`. openraft drops an
-//! ask that comes while a snapshot is being built, so between two snapshots the log may grow
-//! by the bytes once more for each such ask. With 32 MiB the same run's followers stayed at
-//! 220-250 MiB.
-//!
-//! After a snapshot, the log keeps the last `Timing::keep_after_snapshot` entries it holds (a
-//! follower behind by no more catches up from the log; one further behind is sent the
-//! snapshot). openraft counts them; at P=16 its 1,000 were some 40 MiB of frames, more than
-//! the log grew between two snapshots. So [`purge_after_snapshot`] purges instead, after each
-//! snapshot built here: all but those entries, and of them all but the last
-//! `Timing::keep_after_snapshot_bytes` of frames.
+//! The log keeps every entry in memory until a snapshot lets it be purged (`purge.rs`), and
+//! openraft asks for a snapshot by count only (`Timing::snapshot_after` entries): a node's
+//! memory then grows with the size of its entries. At P=16 (50 clients, some 380 commands an
+//! entry) the followers grew to 577 MiB in 12 s, and would have gone on to 10,000 entries
+//! (some 22 s). So the log counts the bytes it appends, and once they pass
+//! `Timing::snapshot_after_bytes` since the last ask, [`snapshot_by_size`] asks openraft for a
+//! snapshot, as a single node replaces its snapshot once its shard log passes
+//! `--snapshot-threshold`. openraft drops an ask that comes while a snapshot is being built, so
+//! between two snapshots the log may grow by the bytes once more for each such ask. With 32 MiB
+//! the same run's followers stayed at 220-250 MiB.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use openraft::metrics::Metric;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 
-use super::log::LogStore;
 use super::state::Raft;
-use super::LogId;
-
-/// How long a purge waits for openraft to take the snapshot it follows (it purges only what a
-/// snapshot it knows of holds); openraft takes one a few ms after it was built.
-const TAKEN_WAIT: Duration = Duration::from_secs(10);
 
 /// The bytes appended to the log, and the mark past which the node is told.
 #[derive(Debug)]
@@ -98,47 +82,10 @@ pub async fn snapshot_by_size(raft: Raft, growth: Arc<Growth>, bytes: u64) {
     }
 }
 
-/// What the log keeps of a snapshot's entries: the last `entries` of them, and of those at
-/// most `bytes` of frames.
-#[derive(Debug, Clone, Copy)]
-pub struct Keep {
-    pub entries: u64,
-    pub bytes: u64,
-}
-
-/// After each snapshot `built` names, purges the log of what the snapshot holds but what
-/// `keep` keeps; it ends with the node's runtime. The node's only purge policy: openraft's
-/// own (a count) is turned off, as it could fall below a purge of ours still pending (a
-/// leader waits for its replication streams), which openraft's debug assertions forbid.
-pub async fn purge_after_snapshot(
-    raft: Raft,
-    log: LogStore,
-    mut built: watch::Receiver<Option<LogId>>,
-    keep: Keep,
-) {
-    while built.changed().await.is_ok() {
-        let Some(last) = *built.borrow_and_update() else {
-            continue;
-        };
-        let taken = raft
-            .wait(Some(TAKEN_WAIT))
-            .ge(Metric::Snapshot(Some(last)), "the snapshot built")
-            .await;
-        if taken.is_err() {
-            continue;
-        }
-        let by_count = last.index.checked_sub(keep.entries);
-        let by_size = log.purge_point(last.index, keep.bytes);
-        if let Some(upto) = by_count.max(by_size) {
-            if raft.trigger().purge_log(upto).await.is_err() {
-                return;
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[tokio::test]

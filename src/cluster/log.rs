@@ -36,7 +36,7 @@
 //!
 //! Every entry after the purged one is also kept in memory, where readers take it from; the
 //! purges after each snapshot bound it: snapshots come by count and by the bytes appended, and
-//! the entries kept of one by count and by bytes (`growth.rs`).
+//! the entries kept of one by count and by bytes (`growth.rs`, `purge.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

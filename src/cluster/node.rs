@@ -26,9 +26,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::{ClusterConfig, Members};
 use super::entry::ShardEntry;
-use super::growth::{purge_after_snapshot, snapshot_by_size, Keep};
+use super::growth::snapshot_by_size;
 use super::log::{LogStore, SEGMENT_BYTES};
 use super::network::{serve, set_client_addr, Heard, Network, Served, ANNOUNCE_WAIT};
+use super::purge::{purge_after_snapshot, Keep};
 use super::stamps::{Stamp, Stamps};
 use super::state::{Committed, Raft, StateMachine};
 use super::{LeaderId, LogId, Peer, TypeConfig};
@@ -561,7 +562,7 @@ fn openraft_config(cfg: &ClusterConfig) -> Result<openraft::Config, String> {
         // A whole snapshot per RPC: its files take longer than a heartbeat's 200 ms.
         install_snapshot_timeout: 30_000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_after),
-        // Never by openraft's count: `growth.rs` purges after each snapshot, by count and size.
+        // Never by openraft's count: `purge.rs` purges after each snapshot, by count and size.
         max_in_snapshot_log_to_keep: u64::MAX,
         ..Default::default()
     }

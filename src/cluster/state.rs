@@ -109,7 +109,7 @@ struct Machine {
 #[derive(Clone)]
 pub struct StateMachine {
     machine: Arc<Mutex<Machine>>,
-    /// The last log id of the newest snapshot built here (`growth.rs` purges after it).
+    /// The last log id of the newest snapshot built here (`purge.rs` purges after it).
     built: Arc<watch::Sender<Option<LogId>>>,
 }
 
