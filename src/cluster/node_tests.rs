@@ -484,6 +484,57 @@ fn every_node_keeps_at_most_keep_after_snapshot_bytes_of_what_its_snapshot_holds
 }
 
 #[test]
+fn a_leader_keeps_by_count_what_a_stopped_follower_lacks_and_by_size_once_it_is_back() {
+    let timing = Timing {
+        snapshot_after: 100,
+        keep_after_snapshot: 1_000,
+        keep_after_snapshot_bytes: 2 << 10,
+        ..Timing::default()
+    };
+    let mut c = Cluster::new("keep-lagging", 3, timing);
+    c.start_all();
+    let (leader, lid, _) = c.wait_leader(WAIT);
+    let mut followers = c.running().into_iter().filter(|&id| id != leader);
+    let (up, down) = (followers.next().unwrap(), followers.next().unwrap());
+    // What the follower stopped has (every node has it once all applied it).
+    let has = c.status(leader).last_index;
+    wait_until("every node has it", WAIT, || {
+        [up, down].iter().all(|&id| c.status(id).applied == has)
+    });
+    c.stop(down);
+    let last = c.write(leader, lid, namespaces("l", 250));
+    // The follower still up purges by size after its snapshot ...
+    wait_until("the follower up purges by size", WAIT, || {
+        c.status(up).purged.is_some()
+    });
+    // ... the leader keeps, of its snapshot's entries, all the stopped one lacks.
+    let ls = c.status(leader);
+    assert!(ls.snapshot >= Some(199), "the leader snapshotted: {ls:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let ls = c.status(leader);
+    assert!(
+        ls.purged <= has,
+        "the leader purged what node {down} lacks: {ls:?}"
+    );
+    // Back, the follower catches up from the leader's log (no snapshot sent: it builds its
+    // own), and at the next snapshot the leader purges by size.
+    c.start(down);
+    c.wait_same_state(last);
+    let ds = c.status(down);
+    // A snapshot installed purges all it holds.
+    assert!(
+        ds.purged.is_none() || ds.purged < ds.snapshot,
+        "the follower was sent a snapshot: {ds:?}"
+    );
+    let last = c.write(leader, lid, namespaces("m", 100));
+    c.wait_same_state(last);
+    wait_until("the leader purges by size", WAIT, || {
+        let s = c.status(leader);
+        matches!((s.snapshot, s.purged), (Some(snap), Some(p)) if snap - p <= 40)
+    });
+}
+
+#[test]
 fn cluster_init_refuses_when_a_peer_already_belongs_to_a_cluster() {
     let dir = TempDir::new("init-1");
     let port = free_port();
