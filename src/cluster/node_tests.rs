@@ -446,17 +446,27 @@ fn every_node_snapshots_and_purges_its_log_once_it_grew_by_snapshot_after_bytes(
     assert_eq!(c.wait_same_state(last), state);
 }
 
-#[test]
-fn every_node_keeps_at_most_keep_after_snapshot_bytes_of_what_its_snapshot_holds() {
-    // Snapshots by count, every 100 entries; keeping 1,000 entries of each, by count alone,
-    // would purge nothing here. 100 bytes of frame an entry: 2 KiB is 20 of them.
-    let timing = Timing {
+/// Snapshots by count, every 100 entries, keeping 1,000 entries of each but at most 2 KiB of
+/// them: with 100 bytes of frame an entry (`namespaces`), 20. By count alone a few hundred
+/// entries would purge nothing.
+fn keeping_2_kib() -> Timing {
+    Timing {
         snapshot_after: 100,
         keep_after_snapshot: 1_000,
         keep_after_snapshot_bytes: 2 << 10,
         ..Timing::default()
-    };
-    let mut c = Cluster::new("keep-bytes", 3, timing);
+    }
+}
+
+/// Whether a node under [`keeping_2_kib`] purged by size: it keeps at most 40 entries of its
+/// snapshot (20, with some slack), where the count would keep them all.
+fn kept_by_size(s: &Status) -> bool {
+    matches!((s.snapshot, s.purged), (Some(snap), Some(p)) if snap - p <= 40)
+}
+
+#[test]
+fn every_node_keeps_at_most_keep_after_snapshot_bytes_of_what_its_snapshot_holds() {
+    let mut c = Cluster::new("keep-bytes", 3, keeping_2_kib());
     c.start_all();
     let (leader, lid, _) = c.wait_leader(WAIT);
     let last = c.write(leader, lid, namespaces("k", 350));
@@ -464,10 +474,7 @@ fn every_node_keeps_at_most_keep_after_snapshot_bytes_of_what_its_snapshot_holds
     for id in c.running() {
         wait_until(&format!("node {id} purges by size"), WAIT, || {
             let s = c.status(id);
-            match (s.snapshot, s.purged) {
-                (Some(snap), Some(purged)) => snap + 100 > last && snap - purged <= 40,
-                _ => false,
-            }
+            s.snapshot.is_some_and(|snap| snap + 100 > last) && kept_by_size(&s)
         });
         let s = c.status(id);
         let kept = s.snapshot.unwrap() - s.purged.unwrap();
@@ -485,13 +492,7 @@ fn every_node_keeps_at_most_keep_after_snapshot_bytes_of_what_its_snapshot_holds
 
 #[test]
 fn a_leader_keeps_by_count_what_a_stopped_follower_lacks_and_by_size_once_it_is_back() {
-    let timing = Timing {
-        snapshot_after: 100,
-        keep_after_snapshot: 1_000,
-        keep_after_snapshot_bytes: 2 << 10,
-        ..Timing::default()
-    };
-    let mut c = Cluster::new("keep-lagging", 3, timing);
+    let mut c = Cluster::new("keep-lagging", 3, keeping_2_kib());
     c.start_all();
     let (leader, lid, _) = c.wait_leader(WAIT);
     let mut followers = c.running().into_iter().filter(|&id| id != leader);
@@ -529,8 +530,7 @@ fn a_leader_keeps_by_count_what_a_stopped_follower_lacks_and_by_size_once_it_is_
     let last = c.write(leader, lid, namespaces("m", 100));
     c.wait_same_state(last);
     wait_until("the leader purges by size", WAIT, || {
-        let s = c.status(leader);
-        matches!((s.snapshot, s.purged), (Some(snap), Some(p)) if snap - p <= 40)
+        kept_by_size(&c.status(leader))
     });
 }
 
