@@ -269,6 +269,23 @@ pub struct Config {
     #[arg(long, env = "PERMITD_CLUSTER_SECRET_FILE")]
     pub cluster_secret_file: Option<PathBuf>,
 
+    /// Cluster mode: this node's certificate chain (PEM) for the cluster port. With
+    /// `--cluster-tls-key-file` and `--cluster-tls-ca-cert-file`, peer traffic is TLS with
+    /// mutual authentication (required unless every peer address is loopback). The
+    /// certificate must name the host peers dial (the `--cluster-init` host), for use as both
+    /// TLS server and client.
+    #[arg(long, env = "PERMITD_CLUSTER_TLS_CERT_FILE")]
+    pub cluster_tls_cert_file: Option<PathBuf>,
+
+    /// Cluster mode: the private key (PEM) of `--cluster-tls-cert-file`.
+    #[arg(long, env = "PERMITD_CLUSTER_TLS_KEY_FILE")]
+    pub cluster_tls_key_file: Option<PathBuf>,
+
+    /// Cluster mode: the CA certificates (PEM) that sign the cluster's peer certificates; a
+    /// peer presenting any other is refused.
+    #[arg(long, env = "PERMITD_CLUSTER_TLS_CA_CERT_FILE")]
+    pub cluster_tls_ca_cert_file: Option<PathBuf>,
+
     /// Cluster mode: forms a new cluster of the voters named, this node included:
     /// `ID=host:port[@cport],...` (cport defaults to port + 10000). Exactly one node, once, on
     /// an empty `--dir`.
@@ -432,13 +449,7 @@ impl Config {
             ("requirepass", self.requirepass.clone().unwrap_or_default()),
             ("maxclients", self.maxclients.to_string()),
             ("maxmemory", self.maxmemory.to_string()),
-            (
-                "aclfile",
-                self.aclfile
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-            ),
+            ("aclfile", path_entry(&self.aclfile)),
             (
                 "protected-mode",
                 if self.protected_mode { "yes" } else { "no" }.to_string(),
@@ -468,6 +479,18 @@ impl Config {
                             .unwrap_or_else(|| self.bind.clone())
                     })
                     .unwrap_or_default(),
+            ),
+            (
+                "cluster-tls-cert-file",
+                path_entry(&self.cluster_tls_cert_file),
+            ),
+            (
+                "cluster-tls-key-file",
+                path_entry(&self.cluster_tls_key_file),
+            ),
+            (
+                "cluster-tls-ca-cert-file",
+                path_entry(&self.cluster_tls_ca_cert_file),
             ),
             (
                 "failover-lease-grace",
@@ -553,4 +576,11 @@ impl Config {
             ("databases", "1".to_string()),
         ]
     }
+}
+
+/// A path option's `CONFIG GET` value: empty when not given.
+fn path_entry(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
 }

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod glob;
+pub mod pem;
 pub mod persist;
 pub mod server;
 

@@ -18,6 +18,7 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::pki::{ca, leaf};
 use common::*;
 use redis::Value;
 use sha2::{Digest, Sha256};
@@ -1112,42 +1113,6 @@ struct Pki {
     dir: TempDir,
 }
 
-fn ca(name: &str) -> (rcgen::Certificate, rcgen::Issuer<'static, rcgen::KeyPair>) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let key = KeyPair::generate().unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    (cert, rcgen::Issuer::new(params, key))
-}
-
-fn leaf(
-    issuer: &rcgen::Issuer<'static, rcgen::KeyPair>,
-    name: &str,
-    sans: &[&str],
-    usage: rcgen::ExtendedKeyUsagePurpose,
-) -> (String, String) {
-    use rcgen::{CertificateParams, DnType, KeyPair, KeyUsagePurpose};
-    let mut params =
-        CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![usage];
-    params.use_authority_key_identifier_extension = true;
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, issuer).unwrap();
-    (cert.pem(), key.serialize_pem())
-}
-
 impl Pki {
     fn new() -> Pki {
         use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
@@ -1159,16 +1124,16 @@ impl Pki {
             &ca_issuer,
             "permitd test server",
             &["localhost", "127.0.0.1"],
-            ServerAuth,
+            &[ServerAuth],
         );
         write("server.pem", &cert);
         write("server-key.pem", &key);
-        let (cert, key) = leaf(&ca_issuer, "permitd test client", &[], ClientAuth);
+        let (cert, key) = leaf(&ca_issuer, "permitd test client", &[], &[ClientAuth]);
         write("client.pem", &cert);
         write("client-key.pem", &key);
         let (other_cert, other_issuer) = ca("some other CA");
         write("other-ca.pem", &other_cert.pem());
-        let (cert, key) = leaf(&other_issuer, "stranger", &[], ClientAuth);
+        let (cert, key) = leaf(&other_issuer, "stranger", &[], &[ClientAuth]);
         write("other-client.pem", &cert);
         write("other-client-key.pem", &key);
         Pki { dir }

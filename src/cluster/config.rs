@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use super::auth::Secret;
 use super::stamps::Wall;
+use super::tls::Transport;
 use super::Peer;
 
 /// The voters `--cluster-init` names, by node id.
@@ -73,6 +74,8 @@ pub struct ClusterConfig {
     pub listen: SocketAddr,
     /// `--cluster-secret`: empty only when every peer address is loopback.
     pub secret: Secret,
+    /// `--cluster-tls-*`: plain only when every peer address is loopback.
+    pub transport: Transport,
     /// `--cluster-init`: the voters, this node among them; forms the cluster on an empty dir.
     pub init: Option<Members>,
     /// The client address this node's membership entry must carry (what the other nodes hand
@@ -113,10 +116,19 @@ impl ClusterConfig {
             .iter()
             .flat_map(|m| m.values())
             .all(|p| is_loopback(&p.raft_addr));
-        if self.secret.is_empty() && !(self.listen.ip().is_loopback() && peers_loopback) {
+        let loopback = self.listen.ip().is_loopback() && peers_loopback;
+        if self.secret.is_empty() && !loopback {
             return Err(
                 "--cluster-secret (or --cluster-secret-file) is required unless every peer \
                  address is loopback"
+                    .into(),
+            );
+        }
+        if !self.transport.is_tls() && !loopback {
+            return Err(
+                "--cluster-tls-cert-file, --cluster-tls-key-file and --cluster-tls-ca-cert-file \
+                 are required unless every peer address is loopback: peer traffic carries lease \
+                 ids and every replicated change"
                     .into(),
             );
         }
@@ -237,6 +249,7 @@ mod tests {
             shards: 1,
             listen: listen.parse().unwrap(),
             secret: Secret::new(secret),
+            transport: Transport::Plain,
             init: init.map(|s| parse_init(s).unwrap()),
             announce: None,
             timing: Timing::default(),
@@ -244,8 +257,18 @@ mod tests {
         }
     }
 
+    /// Mutual TLS whose files are never read: `check` looks at the kind only.
+    fn over_tls(mut c: ClusterConfig) -> ClusterConfig {
+        let dir = std::env::temp_dir().join(format!("permitd-check-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let [cert, key, ca] = crate::cluster::peer_tests::pki::peer_files(&dir, "n", &["n"]);
+        c.transport = Transport::tls(&cert, &key, &ca).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        c
+    }
+
     #[test]
-    fn the_secret_is_required_unless_every_peer_is_loopback() {
+    fn the_secret_and_tls_are_required_unless_every_peer_is_loopback() {
         let local = "1=127.0.0.1:7001,2=localhost:7002,3=[::1]:7003";
         assert_eq!(config("127.0.0.1:17001", Some(local), "").check(), Ok(()));
         assert_eq!(config("127.0.0.1:17001", None, "").check(), Ok(()));
@@ -253,10 +276,21 @@ mod tests {
         for c in [
             config("127.0.0.1:17001", Some(far), ""),
             config("0.0.0.0:17001", None, ""),
+            over_tls(config("0.0.0.0:17001", Some(far), "")),
         ] {
             assert!(c.check().unwrap_err().contains("--cluster-secret"), "{c:?}");
         }
-        assert_eq!(config("0.0.0.0:17001", Some(far), "s").check(), Ok(()));
+        for c in [
+            config("0.0.0.0:17001", Some(far), "s"),
+            config("0.0.0.0:17001", None, "s"),
+        ] {
+            assert!(
+                c.check().unwrap_err().contains("--cluster-tls-cert-file"),
+                "{c:?}"
+            );
+        }
+        let c = over_tls(config("0.0.0.0:17001", Some(far), "s"));
+        assert_eq!(c.check(), Ok(()));
     }
 
     #[test]

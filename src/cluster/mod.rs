@@ -13,7 +13,8 @@
 //! - `state.rs`: the state machine, the shards' replicated state rebuilt by the clock-free
 //!   replay, with snapshots of `persist`'s per-shard encoding;
 //! - `wire.rs`: the RPCs peers exchange, one frame each; `auth.rs`: the cluster-secret
-//!   handshake that opens every peer connection;
+//!   handshake that opens every peer connection; `tls.rs`: the cluster port in the clear or
+//!   in mutual TLS, which carries that handshake and everything after it;
 //! - `stamps.rs`: the clock guard's evidence, the send times of the leaders' appends;
 //! - `network.rs`: openraft's network over pooled TCP connections, and the listener serving
 //!   peers' RPCs; `coalesce.rs`: a follower's commit index carried by the next entries;
@@ -33,6 +34,7 @@ pub mod node;
 mod purge;
 pub mod stamps;
 pub mod state;
+pub mod tls;
 pub mod wire;
 mod writer;
 
@@ -89,5 +91,9 @@ pub type LeaderId = openraft::type_config::alias::CommittedLeaderIdOf<TypeConfig
 
 #[cfg(test)]
 mod node_tests;
+#[cfg(test)]
+pub(crate) mod peer_tests;
+#[cfg(test)]
+mod test_cluster;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
-//! The peer network: openraft's `RaftNetworkFactory`/`RaftNetworkV2` over plain TCP on the
-//! cluster port, and the listener that serves peers' RPCs into the local Raft.
+//! The peer network: openraft's `RaftNetworkFactory`/`RaftNetworkV2` over the cluster port's
+//! connections (TCP, in mutual TLS off loopback: `tls.rs`), and the listener that serves
+//! peers' RPCs into the local Raft.
 //!
 //! Connections are persistent: each peer has a pool of authenticated connections (`auth.rs`),
 //! and an RPC takes an idle one (or dials), sends its request frame, reads the answer frame and
@@ -32,6 +33,7 @@ use openraft::raft::{
     TransferLeaderRequest, VoteRequest, VoteResponse,
 };
 use openraft::{ChangeMembers, OptionalSend, ServerState};
+use tokio::io::AsyncWrite;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use super::auth::{accept, dial, Secret};
@@ -39,6 +41,7 @@ use super::coalesce::Coalesced;
 use super::config::ClusterConfig;
 use super::stamps::{Stamp, Stamps, Wall};
 use super::state::{Raft, Snapshot, SnapshotFiles};
+use super::tls::{is_tls_error, PeerConn, Transport};
 use super::wire::{
     recv, send, Piece, Request, Response, TransferLeaderResponse, MAX_FRAME, PIECE_BYTES,
 };
@@ -82,6 +85,8 @@ impl Backoff {
 struct Local {
     id: u64,
     secret: Secret,
+    /// How its connections are carried.
+    transport: Transport,
     /// What its appends are stamped with.
     wall: Wall,
     /// The address it dials from: its cluster port's (unless that is the unspecified address),
@@ -128,7 +133,7 @@ async fn connect_from(addr: &str, source: IpAddr) -> io::Result<TcpStream> {
 struct Pool {
     target: u64,
     addr: String,
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Mutex<Vec<PeerConn>>,
     backoff: Mutex<Backoff>,
 }
 
@@ -153,7 +158,7 @@ impl Pool {
     }
 
     /// An idle connection, or a new authenticated one.
-    async fn take(&self, local: &Local) -> Result<TcpStream, CallError> {
+    async fn take(&self, local: &Local) -> Result<PeerConn, CallError> {
         if let Some(conn) = self.idle.lock().expect("pool lock").pop() {
             return Ok(conn);
         }
@@ -190,16 +195,20 @@ impl Pool {
         }
     }
 
-    async fn dial(&self, local: &Local) -> io::Result<TcpStream> {
-        let mut conn = connect_from(&self.addr, local.source).await?;
-        conn.set_nodelay(true)?;
-        tokio::time::timeout(HANDSHAKE, dial(&mut conn, &local.secret, self.target))
+    async fn dial(&self, local: &Local) -> io::Result<PeerConn> {
+        let tcp = connect_from(&self.addr, local.source).await?;
+        tcp.set_nodelay(true)?;
+        let shake = async {
+            let mut conn = local.transport.dial(tcp, &self.addr).await?;
+            dial(&mut conn, &local.secret, self.target).await?;
+            Ok(conn)
+        };
+        tokio::time::timeout(HANDSHAKE, shake)
             .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
-        Ok(conn)
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))?
     }
 
-    fn put(&self, conn: TcpStream) {
+    fn put(&self, conn: PeerConn) {
         self.idle.lock().expect("pool lock").push(conn);
     }
 
@@ -214,7 +223,7 @@ impl Pool {
         body: F,
     ) -> Result<Response, CallError>
     where
-        F: AsyncFnOnce(&mut TcpStream) -> io::Result<()>,
+        F: AsyncFnOnce(&mut PeerConn) -> io::Result<()>,
     {
         let call = async {
             let mut conn = self.take(local).await?;
@@ -256,17 +265,25 @@ impl Network {
         Network::new(
             cfg.id,
             cfg.secret.clone(),
+            cfg.transport.clone(),
             cfg.listen.ip(),
             cfg.wall.clone(),
         )
     }
 
-    /// The network of node `id`, dialing peers with `secret`.
-    pub fn new(id: u64, secret: Secret, source: IpAddr, wall: Wall) -> Network {
+    /// The network of node `id`, dialing peers with `secret` over `transport`.
+    pub fn new(
+        id: u64,
+        secret: Secret,
+        transport: Transport,
+        source: IpAddr,
+        wall: Wall,
+    ) -> Network {
         Network {
             local: Arc::new(Local {
                 id,
                 secret,
+                transport,
                 source,
                 wall,
             }),
@@ -397,7 +414,7 @@ impl PeerClient {
 /// `switch_to`), and an open file still reads to its end, where one opened later would be gone
 /// and the transfer would start over. Under load a node snapshots every few seconds
 /// (`growth.rs`), and a large state might then never get across.
-async fn send_files(conn: &mut TcpStream, dir: &Path) -> io::Result<()> {
+async fn send_files(conn: &mut (impl AsyncWrite + Unpin), dir: &Path) -> io::Result<()> {
     let mut files = fs::read_dir(dir)?
         .map(|e| {
             let name = e?.file_name().to_string_lossy().into_owned();
@@ -586,6 +603,8 @@ pub struct Served {
     pub id: u64,
     /// The cluster secret.
     pub secret: Secret,
+    /// How the cluster port's connections are carried.
+    pub transport: Transport,
     /// Where received snapshots are put together before the state machine installs (copies)
     /// them; emptied at start.
     pub incoming: PathBuf,
@@ -644,12 +663,16 @@ pub async fn serve(listener: TcpListener, served: Served) {
     }
 }
 
-async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
-    let from = conn.peer_addr()?;
-    conn.set_nodelay(true)?;
-    let shake = tokio::time::timeout(HANDSHAKE, accept(&mut conn, &served.secret, served.id)).await;
-    match shake {
-        Ok(Ok(())) => {}
+async fn serve_peer(tcp: TcpStream, served: &Served) -> io::Result<()> {
+    let from = tcp.peer_addr()?;
+    tcp.set_nodelay(true)?;
+    let shake = async {
+        let mut conn = served.transport.accept(tcp).await?;
+        accept(&mut conn, &served.secret, served.id).await?;
+        Ok::<_, io::Error>(conn)
+    };
+    let mut conn = match tokio::time::timeout(HANDSHAKE, shake).await {
+        Ok(Ok(conn)) => conn,
         // The dialer gave up before the end (it timed out while this node was frozen, say):
         // nothing was refused. A burst of them followed each SIGCONT in the fault harness.
         Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
@@ -664,11 +687,17 @@ async fn serve_peer(mut conn: TcpStream, served: &Served) -> io::Result<()> {
             tracing::warn!("cluster: refused peer {from}: handshake timed out");
             return Ok(());
         }
-    }
+    };
     loop {
         let req = match recv::<Request>(&mut conn, MAX_FRAME).await {
             Ok(req) => req,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            // A record altered on the way (or a peer speaking TLS wrongly): worth an
+            // operator's eye, unlike a peer that went away.
+            Err(e) if is_tls_error(&e) => {
+                tracing::warn!("cluster: peer {from}: {e}: connection reset");
+                return Ok(());
+            }
             Err(e) => return Err(e),
         };
         let raft = &served.raft;
@@ -766,7 +795,7 @@ fn plain_name(name: &str) -> bool {
 /// Reads a snapshot's files into a fresh folder of `incoming` and installs it. Pieces that do
 /// not read are an error (the connection ends); a snapshot that does not install is answered.
 async fn receive_snapshot(
-    conn: &mut TcpStream,
+    conn: &mut PeerConn,
     served: &Served,
     vote: Vote,
     meta: super::SnapshotMeta,

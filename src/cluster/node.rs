@@ -611,6 +611,7 @@ async fn boot(cfg: ClusterConfig) -> Result<(Started, Raft), String> {
             raft: raft.clone(),
             id: cfg.id,
             secret: cfg.secret.clone(),
+            transport: cfg.transport.clone(),
             incoming,
             heard,
             stamps: stamps.clone(),

@@ -1,235 +1,18 @@
-//! Nodes of a cluster in one test process: each its own folder and Raft thread, real TCP on
-//! 127.0.0.1. Election, replication, failover, restart and catch-up, snapshots to a follower
-//! far behind, the cluster secret, and `--cluster-init`'s refusals.
+//! Nodes of a cluster in one test process (`test_cluster.rs`): election, replication,
+//! failover, restart and catch-up, snapshots to a follower far behind, `--cluster-init`'s
+//! refusals and `--cluster-announce`.
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use super::auth::Secret;
-use super::config::{ClusterConfig, Members, Timing};
+use super::config::{ClusterConfig, Timing};
 use super::entry::ShardEntry;
-use super::network::Network;
 use super::node::{Node, ReadError, Role, Status, WriteError};
 use super::stamps::Wall;
+use super::test_cluster::*;
 use super::tests::{journal, TempDir};
-use super::{LeaderId, Peer};
-use crate::engine::journal::Record;
-use crate::engine::types::{Metadata, Name};
-
-/// Generous: CI is 2 loaded cores (and other tests' clusters share them).
-const WAIT: Duration = Duration::from_secs(20);
-/// The bound the brief sets for a new leader after the old one stops.
-const FAILOVER: Duration = Duration::from_secs(10);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Runs `f` to completion on a runtime of the test's own (not the nodes').
-fn block_on<T>(f: impl Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
-/// Polls until `cond` holds, for at most `limit`; the time it took.
-fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    start.elapsed()
-}
-
-struct Cluster {
-    // Fields drop in order: the nodes stop before their folders go.
-    nodes: Vec<Option<Node>>,
-    configs: Vec<ClusterConfig>,
-    _dirs: Vec<TempDir>,
-}
-
-impl Cluster {
-    /// The settings of `n` nodes (ids 1..=n) on free ports; node 1 forms the cluster.
-    fn new(what: &str, n: u64, timing: Timing) -> Cluster {
-        let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let members: Members = (1..=n)
-            .map(|id| {
-                let peer = Peer {
-                    raft_addr: format!("127.0.0.1:{}", ports[id as usize - 1]),
-                    client_addr: format!("127.0.0.1:{}", 7000 + id),
-                };
-                (id, peer)
-            })
-            .collect();
-        let dirs: Vec<TempDir> = (1..=n)
-            .map(|id| TempDir::new(&format!("{what}-{id}")))
-            .collect();
-        let configs = (1..=n)
-            .map(|id| ClusterConfig {
-                id,
-                dir: dirs[id as usize - 1].0.clone(),
-                shards: 2,
-                listen: members[&id].raft_addr.parse().unwrap(),
-                secret: Secret::new("test secret"),
-                init: (id == 1).then(|| members.clone()),
-                announce: None,
-                timing: timing.clone(),
-                wall: Wall::default(),
-            })
-            .collect();
-        Cluster {
-            nodes: (0..n).map(|_| None).collect(),
-            configs,
-            _dirs: dirs,
-        }
-    }
-
-    /// Starts every node, node 1 (which forms the cluster) last.
-    fn start_all(&mut self) {
-        for id in (1..=self.nodes.len() as u64).rev() {
-            self.start(id);
-        }
-    }
-
-    fn start(&mut self, id: u64) {
-        let node = Node::start(self.configs[id as usize - 1].clone()).unwrap();
-        self.nodes[id as usize - 1] = Some(node);
-        // From now on node 1 restarts as any other node: membership is in its log.
-        self.configs[id as usize - 1].init = None;
-    }
-
-    fn stop(&mut self, id: u64) {
-        self.nodes[id as usize - 1].take().unwrap().shutdown();
-    }
-
-    fn node(&self, id: u64) -> &Node {
-        self.nodes[id as usize - 1].as_ref().unwrap()
-    }
-
-    fn status(&self, id: u64) -> Status {
-        self.node(id).handle().status().borrow().clone()
-    }
-
-    fn running(&self) -> Vec<u64> {
-        (1..=self.nodes.len() as u64)
-            .filter(|&id| self.nodes[id as usize - 1].is_some())
-            .collect()
-    }
-
-    /// Waits until every running node knows the same leader, one of them, with its leadership
-    /// committed; that leader's id and leadership.
-    fn wait_leader(&self, limit: Duration) -> (u64, LeaderId, Duration) {
-        let mut found = None;
-        let took = wait_until("one leader known to all", limit, || {
-            let statuses: Vec<Status> = self.running().iter().map(|&id| self.status(id)).collect();
-            let Some(leader) = statuses[0].leader.as_ref().map(|l| l.id) else {
-                return false;
-            };
-            let agreed = statuses
-                .iter()
-                .all(|s| s.leader.as_ref().map(|l| l.id) == Some(leader));
-            let Some(ls) = statuses.iter().find(|s| s.id == leader) else {
-                return false;
-            };
-            if agreed && ls.role == Role::Leader {
-                found = ls.leader_id.map(|lid| (leader, lid));
-            }
-            found.is_some()
-        });
-        let (id, lid) = found.unwrap();
-        (id, lid, took)
-    }
-
-    /// Writes `entries` through node `leader`, each committed before the next; a leader that
-    /// no follower answered yet (just elected) is retried, as a client retries `-TRYAGAIN`.
-    fn write(&self, leader: u64, lid: LeaderId, entries: Vec<ShardEntry>) -> u64 {
-        let proposer = self.node(leader).handle().proposer();
-        block_on(async move {
-            let mut last = 0;
-            let start = Instant::now();
-            for e in entries {
-                loop {
-                    match proposer.write(e.clone(), lid).await {
-                        Ok(id) => {
-                            last = id.index;
-                            break;
-                        }
-                        Err(WriteError::NoQuorum) if start.elapsed() < WAIT => {
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                        Err(e) => panic!("a write through the leader: {e:?}"),
-                    }
-                }
-            }
-            last
-        })
-    }
-
-    /// Node `id`'s state machine: each shard's state.
-    fn state(&self, id: u64) -> Vec<Bytes> {
-        let raft = self.node(id).handle().raft.clone();
-        block_on(async move {
-            raft.with_state_machine(|sm| Box::pin(async move { sm.shard_states() }))
-                .await
-                .unwrap()
-        })
-    }
-
-    /// Waits until every running node applied `index`, then checks they hold the same state.
-    fn wait_same_state(&self, index: u64) -> Vec<Bytes> {
-        for id in self.running() {
-            wait_until(&format!("node {id} applies {index}"), WAIT, || {
-                self.status(id).applied >= Some(index)
-            });
-        }
-        let first = self.state(self.running()[0]);
-        for id in self.running() {
-            assert_eq!(self.state(id), first, "node {id}'s state");
-        }
-        first
-    }
-}
-
-/// The single-node workload's records as entries of shard 1, three records each.
-fn workload_entries() -> Vec<ShardEntry> {
-    journal()
-        .1
-        .chunks(3)
-        .enumerate()
-        .map(|(i, recs)| ShardEntry {
-            shard: 1,
-            now: (i as i64 + 1) * 1_000_000_000,
-            records: recs.to_vec(),
-        })
-        .collect()
-}
-
-/// Entries that each create a namespace `<prefix>-<i>` on shard 0.
-fn namespaces(prefix: &str, n: usize) -> Vec<ShardEntry> {
-    (0..n)
-        .map(|i| ShardEntry {
-            shard: 0,
-            now: 100_000_000_000 + i as i64,
-            records: vec![Record::NsPut {
-                name: Name::new_unchecked(Bytes::from(format!("{prefix}-{i}"))),
-                description: Bytes::new(),
-                metadata: Metadata::default(),
-                version: 1,
-                created_at: 1,
-                updated_at: 1,
-            }],
-        })
-        .collect()
-}
+use super::tls::Transport;
+use super::Peer;
 
 #[test]
 fn three_nodes_elect_replicate_fail_over_and_a_restarted_node_catches_up() {
@@ -319,59 +102,6 @@ fn three_nodes_elect_replicate_fail_over_and_a_restarted_node_catches_up() {
     wait_until("leadership transferred", WAIT, || {
         c.status(to).role == Role::Leader
     });
-}
-
-#[test]
-fn a_node_with_the_wrong_secret_is_refused_and_the_cluster_goes_on() {
-    let mut c = Cluster::new("secret", 3, Timing::default());
-    c.start_all();
-    let (leader, lid, _) = c.wait_leader(WAIT);
-    let last = c.write(leader, lid, namespaces("before", 5));
-    c.wait_same_state(last);
-
-    // A follower comes back with another secret: no peer talks to it.
-    let outsider = c.running().into_iter().find(|&id| id != leader).unwrap();
-    c.stop(outsider);
-    c.configs[outsider as usize - 1].secret = Secret::new("not the secret");
-    c.start(outsider);
-    let last = c.write(leader, lid, namespaces("after", 10));
-    std::thread::sleep(Duration::from_secs(3));
-    let ls = c.status(leader);
-    assert_eq!(ls.role, Role::Leader);
-    assert_eq!(
-        ls.leader_id,
-        Some(lid),
-        "the outsider disturbed no election"
-    );
-    assert!(ls.committed >= Some(last));
-    let os = c.status(outsider);
-    assert!(os.applied < Some(last), "{os:?}");
-    assert_ne!(os.role, Role::Leader);
-
-    // Dialing a node with the wrong secret is refused, and says so.
-    let peer = Peer {
-        raft_addr: c.node(leader).raft_addr().to_string(),
-        client_addr: String::new(),
-    };
-    let mut net = Network::new(
-        outsider,
-        Secret::new("not the secret"),
-        [127, 0, 0, 1].into(),
-        Wall::default(),
-    );
-    let client = net.client(leader, &peer);
-    let err = block_on(async move { client.initialized(WAIT).await }).unwrap_err();
-    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
-    assert!(
-        err.to_string().contains("does not know the cluster secret"),
-        "{err}"
-    );
-
-    // With the secret again it catches up.
-    c.stop(outsider);
-    c.configs[outsider as usize - 1].secret = Secret::new("test secret");
-    c.start(outsider);
-    c.wait_same_state(last);
 }
 
 #[test]
@@ -544,6 +274,7 @@ fn cluster_init_refuses_when_a_peer_already_belongs_to_a_cluster() {
         shards: 1,
         listen: format!("127.0.0.1:{port}").parse().unwrap(),
         secret: Secret::new("s"),
+        transport: Transport::default(),
         init: Some(
             [(
                 1,

@@ -385,7 +385,9 @@ fn invalid(what: &str) -> std::io::Error {
 pub async fn send<M: Message>(w: &mut (impl AsyncWrite + Unpin), msg: &M) -> std::io::Result<()> {
     let mut out = BytesMut::new();
     frame_with(&mut out, |out| msg.put(out));
-    w.write_all(&out).await
+    w.write_all(&out).await?;
+    // TLS may keep the last record in its buffer until flushed (plain TCP: a no-op).
+    w.flush().await
 }
 
 /// Reads one frame of at most `max` payload bytes and decodes its message; a frame that is not

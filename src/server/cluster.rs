@@ -19,6 +19,7 @@ use crate::cluster::auth::Secret;
 use crate::cluster::config::{parse_init, ClusterConfig, Timing};
 use crate::cluster::node::{Handle, Role, Status};
 use crate::cluster::stamps::Wall;
+use crate::cluster::tls::Transport;
 use crate::command::slot::key_slot;
 use crate::command::table::{AclCat, CommandSpec};
 use crate::config::Config;
@@ -180,6 +181,21 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
         (None, Some(path)) => Secret::new(read_secret(path)?),
         (None, None) => Secret::new(Vec::new()),
     };
+    let transport = match (
+        &config.cluster_tls_cert_file,
+        &config.cluster_tls_key_file,
+        &config.cluster_tls_ca_cert_file,
+    ) {
+        (None, None, None) => Transport::Plain,
+        (Some(cert), Some(key), Some(ca)) => {
+            Transport::tls(cert, key, ca).map_err(|e| format!("--cluster-tls-*: {e}"))?
+        }
+        _ => {
+            return Err("--cluster-tls-cert-file, --cluster-tls-key-file and \
+                        --cluster-tls-ca-cert-file go together"
+                .into())
+        }
+    };
     let init = config.cluster_init.as_deref().map(parse_init).transpose()?;
     let cfg = ClusterConfig {
         id,
@@ -187,6 +203,7 @@ pub fn settings(config: &Config, shards: usize) -> Result<Option<ClusterConfig>,
         shards,
         listen: SocketAddr::new(ip, port),
         secret,
+        transport,
         init,
         announce: config
             .cluster_announce
@@ -253,6 +270,18 @@ fn any_cluster_option(config: &Config) -> Option<&'static str> {
             config.cluster_secret_file.is_some(),
         ),
         ("--cluster-init", config.cluster_init.is_some()),
+        (
+            "--cluster-tls-cert-file",
+            config.cluster_tls_cert_file.is_some(),
+        ),
+        (
+            "--cluster-tls-key-file",
+            config.cluster_tls_key_file.is_some(),
+        ),
+        (
+            "--cluster-tls-ca-cert-file",
+            config.cluster_tls_ca_cert_file.is_some(),
+        ),
     ]
     .into_iter()
     .find_map(|(name, given)| given.then_some(name))
@@ -502,6 +531,17 @@ mod tests {
         Config::try_parse_from(std::iter::once("permitd").chain(args.iter().copied())).unwrap()
     }
 
+    /// The `--cluster-tls-*` options of peer TLS files made in `dir`, for hosts `sans`.
+    fn tls_options(dir: &Path, sans: &[&str]) -> Vec<String> {
+        let files = crate::cluster::peer_tests::pki::peer_files(dir, "node", sans);
+        ["--cluster-tls-cert-file", "--cluster-tls-key-file"]
+            .into_iter()
+            .chain(["--cluster-tls-ca-cert-file"])
+            .zip(&files)
+            .flat_map(|(option, path)| [option.to_string(), path.display().to_string()])
+            .collect()
+    }
+
     #[test]
     fn leadership_goes_to_the_answering_follower_least_behind() {
         let peer = |id, lag, answering| PeerStatus {
@@ -565,8 +605,18 @@ mod tests {
         assert_eq!(announce(&node2).as_deref(), Some("127.0.0.1:7002"));
         let v6 = [&node2[..], &["--bind", "::1"]].concat();
         assert_eq!(announce(&v6).as_deref(), Some("[::1]:7002"));
-        let any = [&node2[..], &["--bind", "0.0.0.0", "--cluster-secret", "s"]].concat();
+        let dir = std::env::temp_dir().join(format!("permitd-announce-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tls = tls_options(&dir, &["10.0.0.2"]);
+        let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+        let any = [
+            &node2[..],
+            &["--bind", "0.0.0.0", "--cluster-secret", "s"],
+            &tls,
+        ]
+        .concat();
         assert_eq!(announce(&any), None);
+        std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(announce(&["--cluster-node-id", "2", "--port", "0"]), None);
         let err = settings(&config(&["--cluster-announce", "10.0.0.2:7002"]), 1).unwrap_err();
         assert_eq!(err, "--cluster-announce needs --cluster-node-id");
@@ -623,15 +673,27 @@ mod tests {
             "--cluster-init",
             far,
         ];
+        let tls = tls_options(&dir, &["10.0.0.1"]);
+        let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
         let with_file: Vec<&str> = base
             .iter()
             .copied()
             .chain(["--cluster-secret-file", file.to_str().unwrap()])
+            .chain(tls.iter().copied())
             .collect();
-        assert!(settings(&config(&with_file), 1).unwrap().is_some());
-        // Peers off loopback need a secret.
-        let err = settings(&config(&base), 1).unwrap_err();
+        let c = settings(&config(&with_file), 1).unwrap().unwrap();
+        assert!(c.transport.is_tls());
+        // Peers off loopback need a secret, and TLS.
+        let err = settings(&config(&[&base[..], &tls[..]].concat()), 1).unwrap_err();
         assert!(err.contains("--cluster-secret"), "{err}");
+        let err = settings(&config(&with_file[..with_file.len() - 2]), 1).unwrap_err();
+        assert!(err.contains("go together"), "{err}");
+        let err = settings(&config(&with_file[..with_file.len() - 6]), 1).unwrap_err();
+        assert!(err.contains("--cluster-tls-cert-file"), "{err}");
+        // A file that holds no certificate is named.
+        let wrong = [&with_file[..with_file.len() - 1], &[file.to_str().unwrap()]].concat();
+        let err = settings(&config(&wrong), 1).unwrap_err();
+        assert!(err.contains(file.to_str().unwrap()), "{err}");
         std::fs::write(&file, "\nsecret on line two\n").unwrap();
         let err = settings(&config(&with_file), 1).unwrap_err();
         assert!(err.contains("the first line is empty"), "{err}");

@@ -4,15 +4,10 @@ use std::io;
 use std::sync::Arc;
 
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::ServerConfig;
 
 use crate::config::Config;
-
-fn invalid(what: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, what)
-}
+use crate::pem::{self, invalid};
 
 /// The TLS configuration of `--tls-port`, or `None` when TLS is off.
 pub fn server_config(c: &Config) -> io::Result<Option<Arc<ServerConfig>>> {
@@ -24,30 +19,19 @@ pub fn server_config(c: &Config) -> io::Result<Option<Arc<ServerConfig>>> {
             "--tls-port needs --tls-cert-file and --tls-key-file".into(),
         ));
     };
-    let certs = CertificateDer::pem_file_iter(cert_file)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| invalid(format!("{}: {e}", cert_file.display())))?;
-    let key = PrivateKeyDer::from_pem_file(key_file)
-        .map_err(|e| invalid(format!("{}: {e}", key_file.display())))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = pem::certs(cert_file)?;
+    let key = pem::key(key_file)?;
+    let provider = pem::provider();
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(e.to_string()))?;
     let builder = match &c.tls_ca_cert_file {
         None => builder.with_no_client_auth(),
         Some(ca_file) => {
-            let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(ca_file)
-                .map_err(|e| invalid(format!("{}: {e}", ca_file.display())))?
-            {
-                let cert = cert.map_err(|e| invalid(format!("{}: {e}", ca_file.display())))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| invalid(format!("{}: {e}", ca_file.display())))?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| invalid(e.to_string()))?;
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(pem::roots(ca_file)?, provider)
+                    .build()
+                    .map_err(|e| invalid(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };

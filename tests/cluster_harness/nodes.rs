@@ -166,6 +166,11 @@ impl Nodes {
         }
     }
 
+    /// The lines of node `i`'s log that hold one of `words`.
+    pub fn log_lines_with(&self, i: usize, words: &[&str]) -> String {
+        self.nodes[i].log_lines_with(words)
+    }
+
     /// Node `i`'s client address.
     pub fn addr(&self, i: usize) -> SocketAddr {
         self.nodes[i].addr()

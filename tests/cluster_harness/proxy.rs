@@ -12,6 +12,9 @@
 //!   refuses new ones from it until [`Proxy::heal`]: a cluster's nodes dial from addresses of
 //!   their own (`--cluster-bind`), so a proxy in front of each node's cluster port can cut
 //!   exactly the links of one node, both ways.
+//! - **Record** and **tamper**, a hostile path: [`Proxy::record`] keeps a copy of every byte
+//!   passed on from then on, both ways ([`Proxy::recorded`]); [`Proxy::tamper`] flips a bit of
+//!   the next chunk passed on in one direction.
 //!
 //! Plain threads, two per connection; each polls its socket every few milliseconds, so a
 //! change of faults takes effect within that.
@@ -41,6 +44,8 @@ pub enum Dir {
 struct Way {
     delay: Duration,
     held: bool,
+    /// Flip a bit of the next chunk.
+    tamper: bool,
 }
 
 /// One proxied connection: both sockets, so a drop can reset it.
@@ -62,6 +67,8 @@ struct State {
     /// Sources refused (`None`: every source).
     cut: Vec<Option<IpAddr>>,
     links: Vec<Link>,
+    /// What passed since [`Proxy::record`], both ways.
+    recorded: Option<Vec<u8>>,
 }
 
 impl State {
@@ -86,6 +93,19 @@ struct Shared {
 impl Shared {
     fn way(&self, dir: Dir) -> Way {
         *self.state.lock().unwrap().way(dir)
+    }
+
+    /// `chunk`, about to pass on in `dir`, as the recording and tampering set want it.
+    fn passing(&self, dir: Dir, chunk: &mut [u8]) {
+        let mut st = self.state.lock().unwrap();
+        if std::mem::take(&mut st.way(dir).tamper) {
+            if let Some(last) = chunk.last_mut() {
+                *last ^= 1;
+            }
+        }
+        if let Some(r) = &mut st.recorded {
+            r.extend_from_slice(chunk);
+        }
     }
 }
 
@@ -146,6 +166,22 @@ impl Proxy {
         for link in cut {
             link.kill();
         }
+    }
+
+    /// Keeps a copy of every byte passed on from now on, both ways.
+    pub fn record(&self) {
+        self.shared.state.lock().unwrap().recorded = Some(Vec::new());
+    }
+
+    /// What passed on since [`Proxy::record`].
+    pub fn recorded(&self) -> Vec<u8> {
+        let st = self.shared.state.lock().unwrap();
+        st.recorded.clone().unwrap_or_default()
+    }
+
+    /// Flips a bit of the next chunk passed on in `dir` (its last byte's lowest).
+    pub fn tamper(&self, dir: Dir) {
+        self.shared.state.lock().unwrap().way(dir).tamper = true;
     }
 
     /// Ends every partition, cut and delay; what was held flows on.
@@ -289,7 +325,8 @@ impl Pump {
                 continue;
             }
             while queue.front().is_some_and(|(due, _)| *due <= Instant::now()) {
-                let (_, chunk) = queue.pop_front().unwrap();
+                let (_, mut chunk) = queue.pop_front().unwrap();
+                self.shared.passing(self.dir, &mut chunk);
                 if self.write_all(&chunk).is_err() {
                     self.reset();
                     return;

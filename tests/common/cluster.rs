@@ -151,7 +151,12 @@ pub fn wait_for_leader(members: &[Member], live: &[usize]) -> usize {
 /// shards have not taken over yet: nothing ran), until it answers otherwise, as cluster
 /// clients do.
 pub fn run_ready(server: &Server, args: &[&str]) -> redis::RedisResult<Value> {
-    let mut con = server.conn();
+    run_ready_at(server.addr(), args)
+}
+
+/// [`run_ready`] on the node at `addr`.
+pub fn run_ready_at(addr: std::net::SocketAddr, args: &[&str]) -> redis::RedisResult<Value> {
+    let mut con = connect_url(&format!("redis://{addr}"));
     let deadline = Instant::now() + SETTLE;
     loop {
         match call(&mut con, args) {
