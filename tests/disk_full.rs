@@ -8,48 +8,17 @@
 
 mod common;
 
-use std::fs::{self, File};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::fs;
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::disk::{ext4_image, fill, shut_down, Mount};
 use common::*;
 use permitd::engine::route::shard_for;
 use permitd::engine::types::Name;
 use redis::Value;
-
-/// A file system mounted on a directory, unmounted when dropped (also when the test fails).
-struct Mount(PathBuf);
-
-impl Mount {
-    /// Mounts `source` of type `fs` (with `options`) on `at`.
-    fn new(fs: &str, options: &str, source: &Path, at: &Path) -> Mount {
-        // SAFETY: geteuid reads the process's user id and touches no memory.
-        let root = unsafe { libc::geteuid() } == 0;
-        assert!(
-            root,
-            "tests/disk_full.rs mounts file systems and must run as root (CI does)"
-        );
-        let status = Command::new("mount")
-            .args(["-t", fs, "-o", options])
-            .arg(source)
-            .arg(at)
-            .status()
-            .expect("run mount");
-        assert!(status.success(), "mount {fs} on {}", at.display());
-        Mount(at.to_path_buf())
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        // Lazily: the server may still have its files open.
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 /// A server (2 shards) whose data directory is a fresh 4 MiB tmpfs.
 fn server_on_tmpfs() -> (Server, Mount) {
@@ -58,22 +27,6 @@ fn server_on_tmpfs() -> (Server, Mount) {
     let disk = Mount::new("tmpfs", "size=4m", Path::new("tmpfs"), server.dir());
     server.restart();
     (server, disk)
-}
-
-/// Fills the file system of `dir` with a file of zeros; returns the file.
-fn fill(dir: &Path) -> PathBuf {
-    let path = dir.join("filler");
-    let mut f = File::create(&path).expect("create the filler");
-    let chunk = vec![0u8; 64 * 1024];
-    loop {
-        match f.write(&chunk) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-            Err(e) => panic!("fill {}: {e}", path.display()),
-        }
-    }
-    path
 }
 
 /// Two namespace names, one on each of the 2 shards.
@@ -382,24 +335,11 @@ fn a_server_starts_on_a_full_disk_serves_reads_and_resumes() {
     drop(disk);
 }
 
-/// `EXT4_IOC_SHUTDOWN`, `_IOR('X', 125, __u32)`: every later I/O of the file system fails with
-/// `EIO`, as on a failed device.
-const EXT4_IOC_SHUTDOWN: libc::c_ulong = 0x8004_587d;
-/// Its flag to stop at once, without flushing the journal.
-const EXT4_GOING_FLAGS_NOLOGFLUSH: u32 = 2;
-
 #[test]
 fn a_failed_write_other_than_a_full_disk_answers_an_error_and_stops_the_server() {
     let mut server = Server::start();
     assert!(server.terminate(Duration::from_secs(10)));
-    let image = server.dir().with_extension("ext4");
-    File::create(&image).unwrap().set_len(32 << 20).unwrap();
-    let made = Command::new("mkfs.ext4")
-        .args(["-q", "-F"])
-        .arg(&image)
-        .status()
-        .expect("run mkfs.ext4");
-    assert!(made.success());
+    let image = ext4_image(server.dir());
     let disk = Mount::new("ext4", "loop", &image, server.dir());
     server.restart();
     let mut con = server.conn();
@@ -407,18 +347,7 @@ fn a_failed_write_other_than_a_full_disk_answers_an_error_and_stops_the_server()
     setup(&mut con, &ns, "pool", 1);
     let before = observe(&mut con);
 
-    let dir = File::open(server.dir()).unwrap();
-    let flags = EXT4_GOING_FLAGS_NOLOGFLUSH;
-    // SAFETY: the ioctl reads one u32 from `flags`, which outlives the call.
-    let r = unsafe {
-        libc::ioctl(
-            std::os::fd::AsRawFd::as_raw_fd(&dir),
-            EXT4_IOC_SHUTDOWN,
-            &flags,
-        )
-    };
-    assert_eq!(r, 0, "shut ext4 down: {}", std::io::Error::last_os_error());
-    drop(dir);
+    shut_down(server.dir());
     let error = fails(&mut con, &["SEM.CREATE", &ns, "more", "1"]);
     assert!(
         error.starts_with("ERR permitd could not write the log")

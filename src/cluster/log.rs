@@ -700,12 +700,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let dir = log.dir.clone();
             // From the end backward, so that a crash midway leaves no gap.
             Box::new(move || {
-                for path in &gone {
-                    fs::remove_file(path)?;
-                }
+                remove_all(&gone)?;
                 sync_dir(&dir)?;
-                match cut {
-                    Some((file, len)) => truncate_log(&file, len),
+                match &cut {
+                    Some((file, len)) => truncate_log(file, *len),
                     None => Ok(()),
                 }
             }) as Op
@@ -726,9 +724,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let gone: Vec<PathBuf> = log.segments.drain(..whole).map(|s| s.path).collect();
             let dir = log.dir.clone();
             let remove: Op = Box::new(move || {
-                for path in &gone {
-                    fs::remove_file(path)?;
-                }
+                remove_all(&gone)?;
                 sync_dir(&dir)
             });
             (log.save_meta(), remove)
@@ -739,6 +735,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         saved.await.unwrap_or_else(|_| Err(stopped()))?;
         removed.await.unwrap_or_else(|_| Err(stopped()))
     }
+}
+
+/// Removes the segment files `gone`; one already gone is fine (an operation that found no
+/// room is run again whole: `room.rs`).
+fn remove_all(gone: &[PathBuf]) -> io::Result<()> {
+    for path in gone {
+        match fs::remove_file(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

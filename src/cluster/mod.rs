@@ -9,7 +9,8 @@
 //! - `log.rs` and `writer.rs`: the Raft log in append-only segments of `persist`'s frames,
 //!   written over zeros written ahead and fdatasync'd on a thread of its own; `growth.rs`:
 //!   snapshots asked for by the log's size too, since the log keeps its entries in memory;
-//!   `purge.rs`: what the log keeps of a snapshot's entries, by count and by size;
+//!   `purge.rs`: what the log keeps of a snapshot's entries, by count and by size; `room.rs`:
+//!   a full disk waited out, where any other failed write is final;
 //! - `state.rs`: the state machine, the shards' replicated state rebuilt by the clock-free
 //!   replay, with snapshots of `persist`'s per-shard encoding;
 //! - `wire.rs`: the RPCs peers exchange, one frame each; `auth.rs`: the cluster-secret
@@ -32,6 +33,7 @@ pub mod log;
 pub mod network;
 pub mod node;
 mod purge;
+mod room;
 pub mod stamps;
 pub mod state;
 pub mod tls;

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use openraft::async_runtime::WatchReceiver;
-use openraft::errors::{ClientWriteError, ForwardReason, LinearizableReadError};
+use openraft::errors::{ClientWriteError, Fatal, ForwardReason, LinearizableReadError};
 use openraft::impls::ProgressResponder;
 use openraft::raft::ClientWriteResult;
 use openraft::type_config::alias::OneshotReceiverOf;
@@ -315,6 +315,23 @@ impl Handle {
     /// The node's state, updated as it changes.
     pub fn status(&self) -> watch::Receiver<Status> {
         self.status.clone()
+    }
+
+    /// Returns once the Raft stopped of itself, saying why: a write or sync of its storage
+    /// failed for another reason than lack of room (`room.rs`), or it panicked. Never while it
+    /// runs, nor once it was shut down on purpose.
+    pub async fn failure(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow_watched().running_state {
+                if !matches!(fatal, Fatal::Stopped) {
+                    return fatal.to_string();
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Returns once this node is confirmed leader by a quorum and has applied everything

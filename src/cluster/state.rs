@@ -21,7 +21,7 @@ use futures_util::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use tokio::sync::watch;
 
-use super::codec;
+use super::{codec, room};
 use super::{LogId, Payload, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::engine::journal::apply;
 use crate::engine::state::Namespace;
@@ -312,23 +312,46 @@ impl Machine {
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     type SnapshotData = SnapshotFiles;
 
+    /// A snapshot that finds no room on the disk is built again, of the state then, until
+    /// there is room (`room.rs`); openraft would stop for good on the error.
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let mut waiting = room::Waiting::of("a snapshot");
+        loop {
+            let built = self.try_build_snapshot();
+            if !waiting.again(&built) {
+                return built;
+            }
+            tokio::time::sleep(room::RETRY).await;
+        }
+    }
+}
+
+impl StateMachine {
+    fn try_build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let mut m = self.machine();
         let dir = m.new_snapshot_dir()?;
-        let index = m.applied.map_or(0, |id| id.index);
-        for (i, r) in m.shards.iter().enumerate() {
-            let path = shard_path(&dir, i);
-            save_snapshot(&path, &r.namespaces, r.hwm, index)
-                .map_err(|e| io::Error::new(e.io().kind(), format!("{}: {e}", path.display())))?;
-        }
         let head = Head {
             last: m.applied,
             membership: m.membership.clone(),
             floor: m.floor,
             shards: m.shards.len(),
         };
-        let meta_path = dir.join("meta");
-        write_file_synced(&meta_path, &head.encode()).map_err(io_err(&meta_path))?;
+        let written = (|| {
+            let index = m.applied.map_or(0, |id| id.index);
+            for (i, r) in m.shards.iter().enumerate() {
+                let path = shard_path(&dir, i);
+                save_snapshot(&path, &r.namespaces, r.hwm, index).map_err(|e| {
+                    io::Error::new(e.io().kind(), format!("{}: {e}", path.display()))
+                })?;
+            }
+            let meta_path = dir.join("meta");
+            write_file_synced(&meta_path, &head.encode()).map_err(io_err(&meta_path))
+        })();
+        if let Err(e) = written {
+            // Not in use: the next try writes a folder of its own.
+            let _ = fs::remove_dir_all(&dir);
+            return Err(e);
+        }
         m.switch_to(&dir)?;
         let meta = SnapshotMeta {
             last_log_id: head.last,

@@ -3,6 +3,9 @@
 //! included). Appends are group-committed: everything queued is written, then one fdatasync
 //! per file, then their `IOFlushed` callbacks fire.
 //!
+//! A write or sync that finds the disk full is redone until there is room (`room.rs`); every
+//! other failure is final.
+//!
 //! Appends overwrite zeros written ahead of them ([`Append::zeros`]): an fdatasync of a file
 //! whose size did not change writes its data blocks alone, where one that grew the file also
 //! writes its inode (a second block request, and on this VM a second exit). Measured on this
@@ -22,10 +25,11 @@ use bytes::Bytes;
 use openraft::storage::IOFlushed;
 use tokio::sync::oneshot;
 
-use super::TypeConfig;
+use super::{room, TypeConfig};
 
-/// A file operation other than an append, run in its turn; its result goes back to the caller.
-pub type Op = Box<dyn FnOnce() -> io::Result<()> + Send>;
+/// A file operation other than an append, run in its turn (again, whole, while it finds no
+/// room); its result goes back to the caller.
+pub type Op = Box<dyn FnMut() -> io::Result<()> + Send>;
 
 /// Frames to write to a segment.
 pub struct Append {
@@ -112,6 +116,9 @@ pub fn stopped() -> io::Error {
 /// Appends written and waiting for their sync.
 #[derive(Default)]
 struct Unsynced {
+    /// What was written where: written again when a sync finds no room, as the pages it could
+    /// not write back may have been dropped.
+    written: Vec<(Arc<File>, u64, Bytes)>,
     files: Vec<Arc<File>>,
     dirs: Vec<PathBuf>,
     done: Vec<IOFlushed<TypeConfig>>,
@@ -134,7 +141,9 @@ fn run(rx: Receiver<Job>) {
                         zeros,
                         new_in,
                     } = append;
-                    let written = check(&failed).and_then(|()| file.write_all_at(&bytes, at));
+                    let written = check(&failed).and_then(|()| {
+                        room::blocking("the Raft log", || file.write_all_at(&bytes, at))
+                    });
                     if let Err(e) = written {
                         failed.get_or_insert_with(|| e.to_string());
                         done.io_completed(Err(e));
@@ -144,14 +153,15 @@ fn run(rx: Receiver<Job>) {
                         write_zeros(&file, zeros);
                     }
                     if !unsynced.files.iter().any(|f| Arc::ptr_eq(f, &file)) {
-                        unsynced.files.push(file);
+                        unsynced.files.push(file.clone());
                     }
+                    unsynced.written.push((file, at, bytes));
                     unsynced.dirs.extend(new_in);
                     unsynced.done.push(done);
                 }
-                Job::Op { op, done } => {
+                Job::Op { mut op, done } => {
                     sync(&mut unsynced, &mut failed);
-                    let r = check(&failed).and_then(|()| op());
+                    let r = check(&failed).and_then(|()| room::blocking("the Raft log", &mut op));
                     if let Err(e) = &r {
                         failed.get_or_insert_with(|| e.to_string());
                     }
@@ -187,16 +197,25 @@ fn check(failed: &Option<String>) -> io::Result<()> {
 
 /// fdatasyncs the files written (and the folders of new ones), then tells their callers.
 fn sync(unsynced: &mut Unsynced, failed: &mut Option<String>) {
+    let written = std::mem::take(&mut unsynced.written);
     let files = std::mem::take(&mut unsynced.files);
     let dirs = std::mem::take(&mut unsynced.dirs);
+    let mut again = false;
     let synced = check(failed).and_then(|()| {
-        for f in &files {
-            f.sync_data()?;
-        }
-        for d in &dirs {
-            crate::persist::sync_dir(d)?;
-        }
-        Ok(())
+        room::blocking("the Raft log", || {
+            if std::mem::replace(&mut again, true) {
+                for (file, at, bytes) in &written {
+                    file.write_all_at(bytes, *at)?;
+                }
+            }
+            for f in &files {
+                f.sync_data()?;
+            }
+            for d in &dirs {
+                crate::persist::sync_dir(d)?;
+            }
+            Ok(())
+        })
     });
     if let Err(e) = &synced {
         failed.get_or_insert_with(|| e.to_string());

@@ -372,9 +372,12 @@ impl std::fmt::Display for WriteError {
     }
 }
 
-/// Whether `e` says the file system has no room: no space left, or the user's quota spent.
+/// Whether `e` says the file system has no room: no space left, or the user's quota spent
+/// (by its kind too, which an error re-made to name its file keeps).
 pub fn is_full(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{QuotaExceeded, StorageFull};
     matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        || matches!(e.kind(), StorageFull | QuotaExceeded)
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, directory fsync.

@@ -466,6 +466,22 @@ pub async fn follow_topology(global: &Global, node: Handle, port: u16, tls_port:
     }
 }
 
+/// Stops the server, which then exits non-zero, once the node's Raft stopped of itself (SPEC
+/// §8 in cluster mode: a write or sync of the Raft log failed for another reason than lack of
+/// room, `EIO` say, and the files' state is unknown). A node left up with its Raft stopped
+/// serves nothing until restarted by hand; exiting lets its supervisor restart it, and the
+/// restart recovers from what is on disk.
+pub async fn stop_when_raft_fails(global: &Global, node: Handle) {
+    let why = node.failure().await;
+    if !global.shutting_down() {
+        tracing::error!(
+            "cluster: the Raft node stopped: {why}; stopping, so that a restart recovers from \
+             what is on disk"
+        );
+        global.stop_failed();
+    }
+}
+
 /// The follower to hand leadership to, on the leader: of those that answer, the one least
 /// behind, at most `max_lag` entries (the lowest id among equals); `None` when none is known to
 /// be that close. A silent follower's lag is stale: handed leadership, it would not take it.

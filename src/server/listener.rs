@@ -127,6 +127,8 @@ pub fn run(config: Config) -> std::io::Result<()> {
         let (g, handle) = (global.clone(), node.handle().clone());
         let port = local.port();
         rt.spawn(async move { cluster::follow_topology(&g, handle, port, tls_port).await });
+        let (g, handle) = (global.clone(), node.handle().clone());
+        rt.spawn(async move { cluster::stop_when_raft_fails(&g, handle).await });
     }
     // Scrapes are served beside the accept loop, on its thread, which mostly sleeps.
     if let Some(l) = metrics_listener {

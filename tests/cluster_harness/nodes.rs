@@ -192,6 +192,16 @@ impl Nodes {
         }
     }
 
+    /// Node `i`'s data directory.
+    pub fn dir(&self, i: usize) -> &std::path::Path {
+        self.nodes[i].dir()
+    }
+
+    /// Waits up to `timeout` for node `i` to exit by itself; how it exited.
+    pub fn wait_exit(&mut self, i: usize, timeout: Duration) -> Option<std::process::ExitStatus> {
+        self.nodes[i].wait_exit(timeout)
+    }
+
     /// Empties node `i`'s data directory, while it is down: a node that lost its disk.
     pub fn wipe(&mut self, i: usize) {
         let dir = self.nodes[i].dir();

@@ -27,6 +27,7 @@ pub use permitd_client::resp::Value as Resp;
 use redis::Value;
 
 pub mod cluster;
+pub mod disk;
 pub mod pki;
 
 /// How long a server may take to answer its first PING after being spawned.
