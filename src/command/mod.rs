@@ -11,7 +11,6 @@ pub mod table;
 
 use bytes::Bytes;
 
-pub use engine::name_of as engine_command_name;
 pub use request::{
     ClientListing, ClientType, KillFilter, ListFilter, Request, SessionRequest, Txn,
 };
@@ -177,8 +176,8 @@ pub fn parse_argv(
 }
 
 /// One parsed request of each engine command, in the table's order, with its table entry:
-/// the tests that hold a property of a request to the table (its name in engine.rs, its write
-/// flag in persist's) share it. It checks that no engine command of the table is missing.
+/// the tests that hold a property of a request to the table (its write flag in persist's) use
+/// it. It checks that no engine command of the table is missing.
 #[cfg(test)]
 pub(crate) fn one_of_each() -> Vec<(&'static CommandSpec, EngineRequest)> {
     let lease = "ls_0123456789abcdefghijklmnopqr";
