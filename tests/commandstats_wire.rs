@@ -248,6 +248,51 @@ fn default_info_leaves_out_commandstats_and_latencystats_as_redis_7() {
     );
 }
 
+/// A misspelt section is an error naming it (Redis answers an empty text, which reads as a
+/// section with nothing in it: issue 32); Redis's sections that have nothing here stay empty,
+/// for the clients and exporters that ask for them, and every section of ours answers.
+#[test]
+fn a_misspelt_info_section_is_an_error_and_redis_s_own_are_empty() {
+    let s = Server::start();
+    let mut con = s.conn();
+    let e = fails(&mut con, &["INFO", "server", "comandstats"]);
+    assert_eq!(e, "ERR unknown INFO section 'comandstats'");
+    assert_eq!(
+        counts(&cmdstat(&mut con, "info").unwrap()).2,
+        1,
+        "a failed call"
+    );
+    for redis_only in ["modules", "MODULES", "sentinel", "keysizes"] {
+        assert_eq!(
+            text(&ok(&mut con, &["INFO", redis_only])),
+            "",
+            "{redis_only}"
+        );
+    }
+    let ours = [
+        "default",
+        "all",
+        "everything",
+        "server",
+        "clients",
+        "memory",
+        "persistence",
+        "stats",
+        "replication",
+        "cpu",
+        "semaphores",
+        "commandstats",
+        "errorstats",
+        "latencystats",
+        "cluster",
+        "raft",
+        "keyspace",
+    ];
+    for section in ours {
+        ok(&mut con, &["INFO", section]);
+    }
+}
+
 #[test]
 fn figures_add_up_over_the_shard_threads() {
     let s = Server::start();

@@ -4,6 +4,7 @@
 pub mod args;
 pub mod docs;
 mod engine;
+pub mod info;
 pub mod request;
 pub mod slot;
 mod surface;
@@ -121,7 +122,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::CommandDocs => session(S::CommandDocs(a[2..].to_vec())),
         C::CommandList => surface::command_list(a).map(Request::Session),
         C::CommandGetKeys => session(S::CommandGetKeys(a[2..].to_vec())),
-        C::Info => Ok(Request::Info(a[1..].to_vec())),
+        C::Info => info::Sections::parse(&a[1..]).map(Request::Info),
         C::ConfigGet => session(S::ConfigGet(a[2..].to_vec())),
         C::AclSetUser => session(S::AclSetUser(
             surface::text(&a[2]),

@@ -32,6 +32,7 @@ use super::session::check_permissions;
 use super::slowlog::Runner;
 use super::stats::Outcome;
 use super::surface;
+use crate::command::info::Sections;
 use crate::command::table::{CommandSpec, Flag};
 use crate::command::{self, Cmd, Request, SessionRequest};
 use crate::engine::page::Page;
@@ -402,7 +403,7 @@ impl Dispatch {
                     Answer::NsList(push(&mut items, item), list.page)
                 }
                 (Step::Run(_, Request::Info(sections)), Some(_)) => {
-                    let item = TxItem::Info(info::wants_latency(&sections));
+                    let item = TxItem::Info(sections.shows("latencystats"));
                     Answer::Info(push(&mut items, item), sections)
                 }
                 (Step::Run(_, Request::ClientUnblock { id, error }), Some(h)) => {
@@ -482,7 +483,7 @@ enum Answer {
     /// By an NS.LIST page: this shard's part is the item at the index, the others' are asked.
     NsList(usize, Page),
     /// By INFO: this shard's figures are the item at the index, the others' are asked.
-    Info(usize, Vec<Bytes>),
+    Info(usize, Sections),
 }
 
 /// Appends `item`; its index.
@@ -613,10 +614,10 @@ fn known_or<T>(known: &mut Option<(usize, T)>, shard: usize, asked: T) -> T {
 /// transaction, at its place).
 async fn info_reply<S: Transport>(
     conn: &Conn<S>,
-    sections: &[Bytes],
+    sections: &Sections,
     mut known: Option<(usize, ShardInfo)>,
 ) -> Reply {
-    let latency = info::wants_latency(sections);
+    let latency = sections.shows("latencystats");
     let answers = conn
         .g
         .ask_all(|reply| ShardMsg::Info { latency, reply })
