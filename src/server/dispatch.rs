@@ -152,8 +152,17 @@ impl Dispatch {
         }
         // As Redis Cluster, a command for a slot this node does not serve is refused before it
         // is queued in a transaction, and before --maxmemory: only the node that would run it
-        // judges its memory (a follower past its limit still redirects).
-        if let Some(e) = cluster::refusal(&conn.g, spec, argv) {
+        // judges its memory (a follower past its limit still redirects). EXEC is refused for
+        // its queued commands, with one redirect, and discards the transaction.
+        let refused = match (&self.multi, spec.cmd) {
+            (Some(tx), Cmd::Exec) => tx.refusal(&conn.g),
+            _ => cluster::refusal(&conn.g, spec, argv),
+        };
+        if let Some(e) = refused {
+            if spec.cmd == Cmd::Exec {
+                self.multi = None;
+                conn.session.client().set_multi(None);
+            }
             return self.refuse(conn, spec, e).await;
         }
         // Past --maxmemory: what would add state is refused, and so is queueing anything into a

@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::acl::User;
 use super::clients::Client;
+use super::cluster;
 use super::global::Global;
 use super::msg::Call;
 use super::session::check_permissions;
@@ -106,6 +107,15 @@ impl Transaction {
         self.queued
             .iter()
             .any(|(spec, _)| spec.flags.has(Flag::DenyOom))
+    }
+
+    /// What cluster mode answers EXEC instead, as Redis Cluster does: the refusal (`MOVED`,
+    /// `CLUSTERDOWN`) of the first queued command for a slot this node does not serve, as the
+    /// node is now (it may have lost its leadership since the commands were queued).
+    pub fn refusal(&self, g: &Global) -> Option<Error> {
+        self.queued
+            .iter()
+            .find_map(|(spec, argv)| cluster::refusal(g, spec, argv))
     }
 
     /// A command was refused while queueing: EXEC will refuse the transaction.
