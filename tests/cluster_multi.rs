@@ -1,10 +1,13 @@
 //! MULTI/EXEC in cluster mode (SPEC §10; issue 40, item 7): EXEC on a node that no longer
 //! leads checks its queued commands as Redis Cluster does, and answers one redirect, `MOVED`
 //! to the new leader, instead of an array of per-command errors; the transaction is discarded.
-//! (A command queued on a follower is refused `MOVED` as it is queued, and EXEC then answers
-//! `EXECABORT`, as in Redis Cluster: cluster_topology.rs checks that.)
+//! A leader that does not serve yet (leadership moving) answers EXEC one `TRYAGAIN`. (A command
+//! queued on a follower is refused `MOVED` as it is queued, and EXEC then answers `EXECABORT`,
+//! as in Redis Cluster: cluster_topology.rs checks that.)
 
 mod common;
+
+use std::time::{Duration, Instant};
 
 use common::cluster::*;
 use common::*;
@@ -46,4 +49,43 @@ fn exec_on_a_deposed_leader_answers_one_moved_and_ends_the_transaction() {
     assert_eq!(raw.cmd(&["PING"]), Resp::Simple("PONG".into()));
     let moved = format!("MOVED {slot} 127.0.0.1:{port}");
     assert_eq!(raw.cmd(&["NS.GET", "team"]), Resp::Error(moved));
+}
+
+/// Two survivors whose clocks run 10 s ahead refuse to lead while the dead leader's clock is
+/// recent (cluster_failover.rs): each, elected, stands by and hands over. A transaction sent
+/// meanwhile gets one error for EXEC (`TRYAGAIN` from the leader, or `EXECABORT` after the
+/// follower's `MOVED`), never an array of errors.
+#[test]
+fn exec_on_a_leader_that_does_not_serve_answers_one_tryagain() {
+    let mut members = three_nodes_with(&["--enable-debug-command", "yes"]);
+    let first = wait_for_leader(&members, &[0, 1, 2]);
+    ok_ready(&members[first].server, &["NS.CREATE", "team"]);
+    let live: Vec<usize> = (0..3).filter(|&i| i != first).collect();
+    for &i in &live {
+        ok(
+            &mut members[i].server.conn(),
+            &["DEBUG", "CLOCK-STEP", "10"],
+        );
+    }
+    members[first].server.kill9();
+    let mut tryagain = 0;
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until && tryagain < 3 {
+        for &i in &live {
+            let mut raw = members[i].server.raw();
+            raw.cmd(&["MULTI"]);
+            raw.cmd(&["NS.GET", "team"]);
+            match raw.cmd(&["EXEC"]) {
+                Resp::Error(e) if e.starts_with("TRYAGAIN") => tryagain += 1,
+                Resp::Error(_) => {}
+                other => assert!(
+                    other.items().is_none_or(|r| !matches!(r, [Resp::Error(_)])),
+                    "node {}: {other:?}",
+                    i + 1
+                ),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(tryagain > 0, "no EXEC met a leader that did not serve");
 }

@@ -25,7 +25,9 @@ use super::cluster;
 use super::conn::{Conn, Service, Transport, OUT_FLUSH};
 use super::info;
 use super::memory;
-use super::msg::{Call, Done, Durable, NsAnswer, Ran, ShardInfo, ShardMsg, TxDone, TxItem};
+use super::msg::{
+    Call, Done, Durable, NsAnswer, Ran, ShardInfo, ShardMsg, TxAnswer, TxDone, TxItem,
+};
 use super::multi::{self, Step, Transaction};
 use super::parking::Parking;
 use super::session::check_permissions;
@@ -441,13 +443,23 @@ impl Dispatch {
             };
             answers.push((spec, started.elapsed(), answer));
         }
-        let mut done: Vec<Option<TxDone>> = match home {
+        let done = match home {
             Some(h) if !items.is_empty() => txn(conn, h, items).await,
-            _ => Vec::new(),
-        }
-        .into_iter()
-        .map(Some)
-        .collect();
+            _ => Ok(Vec::new()),
+        };
+        let mut done: Vec<Option<TxDone>> = match done {
+            Ok(done) => done.into_iter().map(Some).collect(),
+            // The shard does not serve (leadership moving): nothing ran there, and EXEC answers
+            // its one refusal. What ran before the batch is counted.
+            Err(e) => {
+                for (spec, took, answer) in &answers {
+                    if let (Some(spec), Answer::Now(reply)) = (spec, answer) {
+                        conn.ctx.record_reply(spec.name, *took, reply);
+                    }
+                }
+                return Reply::Error(e);
+            }
+        };
         let mut take = |i: usize| done.get_mut(i).and_then(Option::take);
         let mut replies = Vec::with_capacity(answers.len());
         for (spec, before, answer) in answers {
@@ -521,7 +533,7 @@ fn visible_to<S: Transport>(conn: &Conn<S>) -> Option<Arc<User>> {
 
 /// Runs a transaction's items on `shard`, inline when it is this thread's (none when the shard
 /// is gone, at shutdown).
-async fn txn<S: Transport>(conn: &mut Conn<S>, shard: usize, items: Vec<TxItem>) -> Vec<TxDone> {
+async fn txn<S: Transport>(conn: &mut Conn<S>, shard: usize, items: Vec<TxItem>) -> TxAnswer {
     if shard == conn.ctx.id {
         let done = conn.ctx.exec_txn(items);
         conn.note(shard, conn.ctx.last_lsn());
@@ -536,7 +548,7 @@ async fn txn<S: Transport>(conn: &mut Conn<S>, shard: usize, items: Vec<TxItem>)
             conn.note(shard, lsn);
             value
         }
-        None => Vec::new(),
+        None => Ok(Vec::new()),
     }
 }
 

@@ -27,6 +27,10 @@ pub type NsPart = PageOf<Name, (Name, Reply)>;
 /// A shard's NS.LIST part, or why it has none now (cluster mode: it does not serve).
 pub type NsAnswer = Result<NsPart, Error>;
 
+/// A transaction's results on its shard, one per item, or why none of them ran (cluster mode:
+/// the shard does not serve).
+pub type TxAnswer = Result<Vec<TxDone>, Error>;
+
 /// A shard thread's inbox message.
 #[derive(Debug)]
 pub enum ThreadMsg {
@@ -125,7 +129,7 @@ pub enum ShardMsg {
         /// Items, their requests all for namespaces of this shard.
         items: Vec<TxItem>,
         /// Results, one per item.
-        reply: oneshot::Sender<Durable<Vec<TxDone>>>,
+        reply: oneshot::Sender<Durable<TxAnswer>>,
     },
     /// Take a parked acquire out of its queue.
     Cancel {

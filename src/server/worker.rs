@@ -20,7 +20,7 @@ use super::background::Background;
 use super::clock::{Clock, Reading};
 use super::global::Global;
 use super::msg::{
-    Call, Done, Durable, NsAnswer, Ran, ShardInfo, ShardMetrics, ShardMsg, TxDone, TxItem,
+    Call, Done, Durable, NsAnswer, Ran, ShardInfo, ShardMetrics, ShardMsg, TxAnswer, TxDone, TxItem,
 };
 use super::parking::Parking;
 use super::semstats::{self, SemKey, Waits};
@@ -377,8 +377,13 @@ impl ShardCtx {
     }
 
     /// Runs a transaction's items in order, at one instant, as [`exec_batch`](Self::exec_batch)
-    /// runs its requests (acquires do not wait).
-    pub fn exec_txn(&self, items: Vec<TxItem>) -> Vec<TxDone> {
+    /// runs its requests (acquires do not wait). A shard that does not serve (cluster mode,
+    /// leadership moving) runs none: EXEC answers its one refusal, as Redis Cluster answers a
+    /// transaction whose slot moved.
+    pub fn exec_txn(&self, items: Vec<TxItem>) -> TxAnswer {
+        if let Some(e) = self.standby_refusal() {
+            return Err(e);
+        }
         let now = self.now();
         let done = items
             .into_iter()
@@ -392,7 +397,7 @@ impl ShardCtx {
             })
             .collect();
         self.settle();
-        done
+        Ok(done)
     }
 
     /// Takes a parked acquire of this shard out of its queue.
