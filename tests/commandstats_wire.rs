@@ -154,6 +154,44 @@ fn a_parked_acquire_ended_by_an_error_is_a_failed_call() {
     assert_eq!(errorstat(&mut con, "NOTFOUND").as_deref(), Some("count=1"));
 }
 
+/// A parked SEM.ACQUIREALL is counted under its own name however it ends: CLIENT UNBLOCK
+/// ERROR is a failed call of sem.acquireall (issue 32), TIMEOUT an answered one; sem.acquire is
+/// left alone.
+#[test]
+fn a_parked_acquireall_is_counted_under_its_own_name() {
+    let s = Server::start();
+    let mut con = s.conn();
+    setup(&mut con, "shop", "pool", 1);
+    let holder = lease(&mut con, "shop", "holder", 60);
+    let waiter = lease(&mut con, "shop", "waiter", 60);
+    acquire_now(&mut con, "shop", "pool", &holder, 1);
+    let before = counts(&cmdstat(&mut con, "sem.acquire").unwrap());
+    // The figures after each unblock: (calls, rejected, failed), the same counter both times.
+    for (how, figures) in [("ERROR", (1, 0, 1)), ("TIMEOUT", (2, 0, 1))] {
+        let mut other = s.conn();
+        let id = int(&ok(&mut other, &["CLIENT", "ID"])).to_string();
+        let waiter = waiter.clone();
+        let parked = thread::spawn(move || {
+            let words = ["SEM.ACQUIREALL", "shop", waiter.as_str(), "60", "pool", "1"];
+            call(&mut other, &words).map_err(|e| err_text(&e))
+        });
+        wait_parked(&mut con, 1);
+        assert_eq!(int(&ok(&mut con, &["CLIENT", "UNBLOCK", &id, how])), 1);
+        let ended = parked.join().unwrap();
+        match how {
+            "ERROR" => assert!(ended.unwrap_err().starts_with("UNBLOCKED"), "{how}"),
+            _ => assert_eq!(outcome(&ended.unwrap()), "ACQUIRE_OUTCOME_TIMED_OUT"),
+        }
+        assert_eq!(
+            counts(&cmdstat(&mut con, "sem.acquireall").unwrap()),
+            figures,
+            "after CLIENT UNBLOCK {how}"
+        );
+        assert_eq!(counts(&cmdstat(&mut con, "sem.acquire").unwrap()), before);
+    }
+    assert_eq!(errorstat(&mut con, "UNBLOCKED").as_deref(), Some("count=1"));
+}
+
 #[test]
 fn latency_percentiles_are_in_redis_format() {
     let s = Server::start();
@@ -208,6 +246,51 @@ fn default_info_leaves_out_commandstats_and_latencystats_as_redis_7() {
         titles(&mut con, &["INFO", "COMMANDSTATS"]),
         ["Commandstats"]
     );
+}
+
+/// A misspelt section is an error naming it (Redis answers an empty text, which reads as a
+/// section with nothing in it: issue 32); Redis's sections that have nothing here stay empty,
+/// for the clients and exporters that ask for them, and every section of ours answers.
+#[test]
+fn a_misspelt_info_section_is_an_error_and_redis_s_own_are_empty() {
+    let s = Server::start();
+    let mut con = s.conn();
+    let e = fails(&mut con, &["INFO", "server", "comandstats"]);
+    assert_eq!(e, "ERR unknown INFO section 'comandstats'");
+    assert_eq!(
+        counts(&cmdstat(&mut con, "info").unwrap()).2,
+        1,
+        "a failed call"
+    );
+    for redis_only in ["modules", "MODULES", "sentinel", "keysizes"] {
+        assert_eq!(
+            text(&ok(&mut con, &["INFO", redis_only])),
+            "",
+            "{redis_only}"
+        );
+    }
+    let ours = [
+        "default",
+        "all",
+        "everything",
+        "server",
+        "clients",
+        "memory",
+        "persistence",
+        "stats",
+        "replication",
+        "cpu",
+        "semaphores",
+        "commandstats",
+        "errorstats",
+        "latencystats",
+        "cluster",
+        "raft",
+        "keyspace",
+    ];
+    for section in ours {
+        ok(&mut con, &["INFO", section]);
+    }
 }
 
 #[test]

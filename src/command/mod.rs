@@ -4,6 +4,7 @@
 pub mod args;
 pub mod docs;
 mod engine;
+pub mod info;
 pub mod request;
 pub mod slot;
 mod surface;
@@ -11,7 +12,6 @@ pub mod table;
 
 use bytes::Bytes;
 
-pub use engine::name_of as engine_command_name;
 pub use request::{
     ClientListing, ClientType, KillFilter, ListFilter, Request, SessionRequest, Txn,
 };
@@ -122,7 +122,7 @@ pub fn parse(spec: &CommandSpec, argv: &[Bytes], limits: &Limits) -> Result<Requ
         C::CommandDocs => session(S::CommandDocs(a[2..].to_vec())),
         C::CommandList => surface::command_list(a).map(Request::Session),
         C::CommandGetKeys => session(S::CommandGetKeys(a[2..].to_vec())),
-        C::Info => Ok(Request::Info(a[1..].to_vec())),
+        C::Info => info::Sections::parse(&a[1..]).map(Request::Info),
         C::ConfigGet => session(S::ConfigGet(a[2..].to_vec())),
         C::AclSetUser => session(S::AclSetUser(
             surface::text(&a[2]),
@@ -177,8 +177,8 @@ pub fn parse_argv(
 }
 
 /// One parsed request of each engine command, in the table's order, with its table entry:
-/// the tests that hold a property of a request to the table (its name in engine.rs, its write
-/// flag in persist's) share it. It checks that no engine command of the table is missing.
+/// the tests that hold a property of a request to the table (its write flag in persist's) use
+/// it. It checks that no engine command of the table is missing.
 #[cfg(test)]
 pub(crate) fn one_of_each() -> Vec<(&'static CommandSpec, EngineRequest)> {
     let lease = "ls_0123456789abcdefghijklmnopqr";

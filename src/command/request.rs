@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 
+use super::info::Sections;
 use crate::engine::request::EngineRequest;
 use crate::engine::types::Nanos;
 use crate::error::Error;
@@ -16,7 +17,7 @@ pub enum Request {
     /// MULTI, EXEC or DISCARD.
     Txn(Txn),
     /// `INFO [section ...]`: every shard's figures, merged.
-    Info(Vec<Bytes>),
+    Info(Sections),
     /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: on the shard where the client's acquire is parked.
     ClientUnblock {
         /// Client id.

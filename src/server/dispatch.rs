@@ -25,13 +25,16 @@ use super::cluster;
 use super::conn::{Conn, Service, Transport, OUT_FLUSH};
 use super::info;
 use super::memory;
-use super::msg::{Done, Durable, NsAnswer, Ran, ShardInfo, ShardMsg, TxDone, TxItem};
+use super::msg::{
+    Call, Done, Durable, NsAnswer, Ran, ShardInfo, ShardMsg, TxAnswer, TxDone, TxItem,
+};
 use super::multi::{self, Step, Transaction};
 use super::parking::Parking;
 use super::session::check_permissions;
 use super::slowlog::Runner;
 use super::stats::Outcome;
 use super::surface;
+use crate::command::info::Sections;
 use crate::command::table::{CommandSpec, Flag};
 use crate::command::{self, Cmd, Request, SessionRequest};
 use crate::engine::page::Page;
@@ -49,7 +52,7 @@ const DEBUG_NOT_ALLOWED: &str = "DEBUG command not allowed. If the enable-debug-
 pub struct Dispatch {
     /// Non-blocking requests for shard `batch_shard`, not sent yet.
     batch_shard: usize,
-    batch: VecDeque<EngineRequest>,
+    batch: VecDeque<Call>,
     /// The transaction being queued.
     multi: Option<Transaction>,
 }
@@ -151,8 +154,17 @@ impl Dispatch {
         }
         // As Redis Cluster, a command for a slot this node does not serve is refused before it
         // is queued in a transaction, and before --maxmemory: only the node that would run it
-        // judges its memory (a follower past its limit still redirects).
-        if let Some(e) = cluster::refusal(&conn.g, spec, argv) {
+        // judges its memory (a follower past its limit still redirects). EXEC is refused for
+        // its queued commands, with one redirect, and discards the transaction.
+        let refused = match (&self.multi, spec.cmd) {
+            (Some(tx), Cmd::Exec) => tx.refusal(&conn.g),
+            _ => cluster::refusal(&conn.g, spec, argv),
+        };
+        if let Some(e) = refused {
+            if spec.cmd == Cmd::Exec {
+                self.multi = None;
+                conn.session.client().set_multi(None);
+            }
             return self.refuse(conn, spec, e).await;
         }
         // Past --maxmemory: what would add state is refused, and so is queueing anything into a
@@ -201,11 +213,11 @@ impl Dispatch {
         };
         match req {
             // Counted where it runs, on its shard (worker.rs).
-            Request::Engine(r) => self.engine(conn, r).await,
+            Request::Engine(req) => self.engine(conn, Call { spec, req }).await,
             other => {
                 self.flush_batch(conn).await;
                 let started = Instant::now();
-                if let Some(reply) = self.other(conn, other).await {
+                if let Some(reply) = self.other(conn, spec, other).await {
                     ran(conn, spec.name, started, reply);
                 }
             }
@@ -231,13 +243,13 @@ impl Dispatch {
         conn.push(Reply::Error(e));
     }
 
-    async fn engine<S: Transport>(&mut self, conn: &mut Conn<S>, r: EngineRequest) {
-        let Some(ns) = r.namespace() else {
+    async fn engine<S: Transport>(&mut self, conn: &mut Conn<S>, r: Call) {
+        let Some(ns) = r.req.namespace() else {
             // NS.LIST, which every shard answers: counted here, as one call.
             self.flush_batch(conn).await;
-            let (name, started) = (command::engine_command_name(&r), Instant::now());
-            if let Some(reply) = self.other(conn, Request::Engine(r)).await {
-                ran(conn, name, started, reply);
+            let (spec, started) = (r.spec, Instant::now());
+            if let Some(reply) = self.other(conn, spec, Request::Engine(r.req)).await {
+                ran(conn, spec.name, started, reply);
             }
             return;
         };
@@ -245,7 +257,7 @@ impl Dispatch {
         conn.note_target(shard);
         // One that may park, or one of this thread's shard, runs at once and alone; the others
         // gather into one message per run of commands for the same shard.
-        if r.may_block() || shard == conn.ctx.id {
+        if r.req.may_block() || shard == conn.ctx.id {
             self.flush_batch(conn).await;
             let done = one(conn, shard, r, true).await;
             conn.answer(shard, done).await;
@@ -306,15 +318,22 @@ impl Dispatch {
         self.batch = reqs;
     }
 
-    /// Runs a request that is not an engine command of one namespace; `None` when nothing is
-    /// to be answered.
-    async fn other<S: Transport>(&mut self, conn: &mut Conn<S>, req: Request) -> Option<Reply> {
+    /// Runs a request of command `spec` that is not an engine command of one namespace; `None`
+    /// when nothing is to be answered.
+    async fn other<S: Transport>(
+        &mut self,
+        conn: &mut Conn<S>,
+        spec: &'static CommandSpec,
+        req: Request,
+    ) -> Option<Reply> {
         Some(match req {
             Request::Engine(EngineRequest::NsList(list)) => ns_list(conn, list.page, None).await,
             // EXEC sends these to their shard as one batch; one run alone gets its reply here.
-            Request::Engine(r) => {
-                let shard = r.namespace().map_or(conn.ctx.id, |ns| conn.g.shard_of(ns));
-                match one(conn, shard, r, false).await {
+            Request::Engine(req) => {
+                let shard = req
+                    .namespace()
+                    .map_or(conn.ctx.id, |ns| conn.g.shard_of(ns));
+                match one(conn, shard, Call { spec, req }, false).await {
                     Done::Reply(reply) => reply,
                     // may_wait is false: it does not park, nor is refused for a kill.
                     Done::Parked(..) | Done::Killed => shutting_down(),
@@ -379,14 +398,14 @@ impl Dispatch {
         for step in plan.steps {
             let started = Instant::now();
             // Counted once answered (below): the commands that are not the engine's.
-            let name = match &step {
-                Step::Run(name, _) => Some(*name),
+            let spec = match &step {
+                Step::Run(spec, _) => Some(*spec),
                 Step::Engine(_) | Step::Failed(..) => None,
             };
             let answer = match (step, home) {
-                (Step::Failed(name, e), _) => {
+                (Step::Failed(spec, e), _) => {
                     conn.ctx
-                        .record(name, Duration::ZERO, Outcome::Failed, Some(&e));
+                        .record(spec.name, Duration::ZERO, Outcome::Failed, Some(&e));
                     Answer::Now(Reply::Error(e))
                 }
                 (Step::Engine(r), _) => Answer::Item(push(&mut items, TxItem::Engine(r))),
@@ -395,7 +414,7 @@ impl Dispatch {
                     Answer::NsList(push(&mut items, item), list.page)
                 }
                 (Step::Run(_, Request::Info(sections)), Some(_)) => {
-                    let item = TxItem::Info(info::wants_latency(&sections));
+                    let item = TxItem::Info(sections.shows("latencystats"));
                     Answer::Info(push(&mut items, item), sections)
                 }
                 (Step::Run(_, Request::ClientUnblock { id, error }), Some(h)) => {
@@ -418,22 +437,32 @@ impl Dispatch {
                     }
                     Answer::Now(reply.unwrap_or(Reply::OK))
                 }
-                (Step::Run(_, req), _) => {
-                    Answer::Now(self.other(conn, req).await.unwrap_or(Reply::OK))
+                (Step::Run(spec, req), _) => {
+                    Answer::Now(self.other(conn, spec, req).await.unwrap_or(Reply::OK))
                 }
             };
-            answers.push((name, started.elapsed(), answer));
+            answers.push((spec, started.elapsed(), answer));
         }
-        let mut done: Vec<Option<TxDone>> = match home {
+        let done = match home {
             Some(h) if !items.is_empty() => txn(conn, h, items).await,
-            _ => Vec::new(),
-        }
-        .into_iter()
-        .map(Some)
-        .collect();
+            _ => Ok(Vec::new()),
+        };
+        let mut done: Vec<Option<TxDone>> = match done {
+            Ok(done) => done.into_iter().map(Some).collect(),
+            // The shard does not serve (leadership moving): nothing ran there, and EXEC answers
+            // its one refusal. What ran before the batch is counted.
+            Err(e) => {
+                for (spec, took, answer) in &answers {
+                    if let (Some(spec), Answer::Now(reply)) = (spec, answer) {
+                        conn.ctx.record_reply(spec.name, *took, reply);
+                    }
+                }
+                return Reply::Error(e);
+            }
+        };
         let mut take = |i: usize| done.get_mut(i).and_then(Option::take);
         let mut replies = Vec::with_capacity(answers.len());
-        for (name, before, answer) in answers {
+        for (spec, before, answer) in answers {
             let started = Instant::now();
             let reply = match answer {
                 Answer::Now(r) => r,
@@ -456,9 +485,9 @@ impl Dispatch {
                     _ => shutting_down(),
                 },
             };
-            if let Some(name) = name {
+            if let Some(spec) = spec {
                 conn.ctx
-                    .record_reply(name, before + started.elapsed(), &reply);
+                    .record_reply(spec.name, before + started.elapsed(), &reply);
             }
             replies.push(reply);
         }
@@ -475,7 +504,7 @@ enum Answer {
     /// By an NS.LIST page: this shard's part is the item at the index, the others' are asked.
     NsList(usize, Page),
     /// By INFO: this shard's figures are the item at the index, the others' are asked.
-    Info(usize, Vec<Bytes>),
+    Info(usize, Sections),
 }
 
 /// Appends `item`; its index.
@@ -504,7 +533,7 @@ fn visible_to<S: Transport>(conn: &Conn<S>) -> Option<Arc<User>> {
 
 /// Runs a transaction's items on `shard`, inline when it is this thread's (none when the shard
 /// is gone, at shutdown).
-async fn txn<S: Transport>(conn: &mut Conn<S>, shard: usize, items: Vec<TxItem>) -> Vec<TxDone> {
+async fn txn<S: Transport>(conn: &mut Conn<S>, shard: usize, items: Vec<TxItem>) -> TxAnswer {
     if shard == conn.ctx.id {
         let done = conn.ctx.exec_txn(items);
         conn.note(shard, conn.ctx.last_lsn());
@@ -519,18 +548,13 @@ async fn txn<S: Transport>(conn: &mut Conn<S>, shard: usize, items: Vec<TxItem>)
             conn.note(shard, lsn);
             value
         }
-        None => Vec::new(),
+        None => Ok(Vec::new()),
     }
 }
 
 /// Runs one request on `shard`: inline when it is this thread's (the hot path: no batch, no
 /// message), else as a message to its thread.
-async fn one<S: Transport>(
-    conn: &mut Conn<S>,
-    shard: usize,
-    r: EngineRequest,
-    may_wait: bool,
-) -> Done {
+async fn one<S: Transport>(conn: &mut Conn<S>, shard: usize, r: Call, may_wait: bool) -> Done {
     if shard != conn.ctx.id {
         let parker = may_wait.then(|| conn.session.client().parking().clone());
         let mut done = remote(conn, shard, vec![r], parker).await;
@@ -548,7 +572,7 @@ async fn one<S: Transport>(
 async fn remote<S: Transport>(
     conn: &mut Conn<S>,
     shard: usize,
-    reqs: Vec<EngineRequest>,
+    reqs: Vec<Call>,
     parker: Option<Arc<Parking>>,
 ) -> Vec<Done> {
     let msg = |reply| ShardMsg::Exec {
@@ -611,10 +635,10 @@ fn known_or<T>(known: &mut Option<(usize, T)>, shard: usize, asked: T) -> T {
 /// transaction, at its place).
 async fn info_reply<S: Transport>(
     conn: &Conn<S>,
-    sections: &[Bytes],
+    sections: &Sections,
     mut known: Option<(usize, ShardInfo)>,
 ) -> Reply {
-    let latency = info::wants_latency(sections);
+    let latency = sections.shows("latencystats");
     let answers = conn
         .g
         .ask_all(|reply| ShardMsg::Info { latency, reply })

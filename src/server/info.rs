@@ -8,6 +8,7 @@ use super::memory;
 use super::msg::ShardInfo;
 use super::stats::{percentile_usec, CommandStats};
 use super::topology::{self, Topology};
+use crate::command::info::{Sections, SECTIONS};
 use crate::engine::{Counts, Stats};
 use crate::persist::PersistStats;
 use crate::protocol::{Proto, Reply};
@@ -96,61 +97,12 @@ fn write_error(errno: i32) -> String {
     }
 }
 
-/// The sections in Redis 7's order, ours (`semaphores`) before `cluster`.
-const SECTIONS: &[&str] = &[
-    "server",
-    "clients",
-    "memory",
-    "persistence",
-    "stats",
-    "replication",
-    "cpu",
-    "semaphores",
-    "commandstats",
-    "errorstats",
-    "latencystats",
-    "cluster",
-    "raft",
-    "keyspace",
-];
-
-/// What `INFO` and `INFO default` leave out, as Redis 7 does (they can be long); `all` and
-/// `everything` include them.
-const NOT_DEFAULT: &[&str] = &["commandstats", "latencystats"];
-
-/// The asked words of INFO, lowercase (none: `default`).
-fn wanted(asked: &[Bytes]) -> Vec<String> {
-    if asked.is_empty() {
-        return vec!["default".into()];
-    }
-    asked
-        .iter()
-        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
-        .collect()
-}
-
-/// Whether INFO with these words shows `section`.
-fn shows(wanted: &[String], section: &str) -> bool {
-    wanted.iter().any(|w| {
-        w == "all"
-            || w == "everything"
-            || w == section
-            || (w == "default" && !NOT_DEFAULT.contains(&section))
-    })
-}
-
-/// Whether INFO with these words needs the latency histograms (`# Latencystats`).
-pub fn wants_latency(asked: &[Bytes]) -> bool {
-    shows(&wanted(asked), "latencystats")
-}
-
-/// The INFO text for the asked sections (`default`, `all`, `everything` or names).
-pub fn info_text(g: &Global, asked: &[Bytes], totals: Totals) -> String {
-    let wanted = wanted(asked);
+/// The INFO text for the asked sections.
+pub fn info_text(g: &Global, asked: &Sections, totals: Totals) -> String {
     let mut out = String::new();
     for &section in SECTIONS {
         // `# Raft` only in cluster mode (SPEC §10).
-        if !shows(&wanted, section) || (section == "raft" && g.cluster().is_none()) {
+        if !asked.shows(section) || (section == "raft" && g.cluster().is_none()) {
             continue;
         }
         if !out.is_empty() {

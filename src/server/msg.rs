@@ -12,6 +12,7 @@ use super::parking::Parking;
 use super::semstats::{NsGauge, SemGauge, SemKey, WaitHist};
 use super::session::Session;
 use super::stats::CommandStats;
+use crate::command::CommandSpec;
 use crate::engine::page::{Page, PageOf};
 use crate::engine::request::EngineRequest;
 use crate::engine::types::Name;
@@ -25,6 +26,10 @@ pub type NsPart = PageOf<Name, (Name, Reply)>;
 
 /// A shard's NS.LIST part, or why it has none now (cluster mode: it does not serve).
 pub type NsAnswer = Result<NsPart, Error>;
+
+/// A transaction's results on its shard, one per item, or why none of them ran (cluster mode:
+/// the shard does not serve).
+pub type TxAnswer = Result<Vec<TxDone>, Error>;
 
 /// A shard thread's inbox message.
 #[derive(Debug)]
@@ -62,6 +67,17 @@ pub struct Durable<T> {
     pub lsn: u64,
 }
 
+/// An engine request with the table entry of the command it came from: what runs it, and
+/// whatever ends it parked (a grant, a time-out, CLIENT UNBLOCK, an error, a failover), counts
+/// it under that entry's name, never one restated by hand (issue 32).
+#[derive(Debug)]
+pub struct Call {
+    /// The command's table entry.
+    pub spec: &'static CommandSpec,
+    /// What it asks of the engine.
+    pub req: EngineRequest,
+}
+
 /// The result of one engine request run by a shard.
 #[derive(Debug)]
 pub enum Done {
@@ -81,7 +97,7 @@ pub struct Ran {
     /// Where each reply ends in `out` (the connection's durability gate marks each one).
     pub ends: Vec<usize>,
     /// The requests not run yet, because the replies reached the batch's budget.
-    pub rest: VecDeque<EngineRequest>,
+    pub rest: VecDeque<Call>,
 }
 
 /// A request for a shard thread's engine shard; each carries the channel of its answer.
@@ -90,7 +106,7 @@ pub enum ShardMsg {
     /// Run requests in order (stopping after one that parks); answer with their results.
     Exec {
         /// Requests, all for namespaces of this shard.
-        reqs: Vec<EngineRequest>,
+        reqs: Vec<Call>,
         /// The client an acquire may park for (`None` inside MULTI: acquires never wait).
         parker: Option<Arc<Parking>>,
         /// Results, one per request run.
@@ -100,7 +116,7 @@ pub enum ShardMsg {
     /// least one runs), so that what a batch builds before the connection writes is bounded.
     Batch {
         /// Requests, all for namespaces of this shard; none may park.
-        reqs: VecDeque<EngineRequest>,
+        reqs: VecDeque<Call>,
         /// The connection's protocol, to encode the replies in.
         proto: Proto,
         /// Bytes of replies after which the shard stops.
@@ -113,7 +129,7 @@ pub enum ShardMsg {
         /// Items, their requests all for namespaces of this shard.
         items: Vec<TxItem>,
         /// Results, one per item.
-        reply: oneshot::Sender<Durable<Vec<TxDone>>>,
+        reply: oneshot::Sender<Durable<TxAnswer>>,
     },
     /// Take a parked acquire out of its queue.
     Cancel {
@@ -161,7 +177,7 @@ pub enum ShardMsg {
 #[derive(Debug)]
 pub enum TxItem {
     /// An engine command; an acquire does not wait.
-    Engine(EngineRequest),
+    Engine(Call),
     /// This shard's part of an NS.LIST page, for this user (`None`: all).
     NsList(Page, Option<Arc<User>>),
     /// This shard's INFO figures (with the latency histograms if true).

@@ -9,11 +9,12 @@ use bytes::Bytes;
 
 use super::acl::User;
 use super::clients::Client;
+use super::cluster;
 use super::global::Global;
+use super::msg::Call;
 use super::session::check_permissions;
 use crate::command::table::Flag;
 use crate::command::{self, CommandSpec, Request};
-use crate::engine::request::EngineRequest;
 use crate::error::Error;
 use crate::protocol::Reply;
 
@@ -35,12 +36,12 @@ pub struct Plan {
 /// One queued command of a [`Plan`].
 pub enum Step {
     /// An engine command of the transaction's namespace, run in the batch on its shard.
-    Engine(EngineRequest),
-    /// Any other command (NS.LIST, INFO, a surface command), with its name (its statistics
-    /// are counted under it).
-    Run(&'static str, Request),
-    /// Refused when EXEC checked it again, or when parsed, with the command's name.
-    Failed(&'static str, Error),
+    Engine(Call),
+    /// Any other command (NS.LIST, INFO, a surface command), with its table entry (its
+    /// statistics are counted under it).
+    Run(&'static CommandSpec, Request),
+    /// Refused when EXEC checked it again, or when parsed, with the command's table entry.
+    Failed(&'static CommandSpec, Error),
 }
 
 /// MULTI.
@@ -108,6 +109,15 @@ impl Transaction {
             .any(|(spec, _)| spec.flags.has(Flag::DenyOom))
     }
 
+    /// What cluster mode answers EXEC instead, as Redis Cluster does: the refusal (`MOVED`,
+    /// `CLUSTERDOWN`) of the first queued command for a slot this node does not serve, as the
+    /// node is now (it may have lost its leadership since the commands were queued).
+    pub fn refusal(&self, g: &Global) -> Option<Error> {
+        self.queued
+            .iter()
+            .find_map(|(spec, argv)| cluster::refusal(g, spec, argv))
+    }
+
     /// A command was refused while queueing: EXEC will refuse the transaction.
     pub fn abort(&mut self) {
         self.dirty = true;
@@ -149,11 +159,14 @@ impl Transaction {
         let steps = self
             .queued
             .iter()
+            .map(|&(spec, _)| spec)
             .zip(parsed)
-            .map(|((spec, _), r)| match r {
-                Ok(Request::Engine(e)) if e.namespace().is_some() => Step::Engine(e),
-                Ok(other) => Step::Run(spec.name, other),
-                Err(e) => Step::Failed(spec.name, e),
+            .map(|(spec, r)| match r {
+                Ok(Request::Engine(req)) if req.namespace().is_some() => {
+                    Step::Engine(Call { spec, req })
+                }
+                Ok(other) => Step::Run(spec, other),
+                Err(e) => Step::Failed(spec, e),
             })
             .collect();
         Ok(Plan { shard, steps })

@@ -19,14 +19,15 @@ use super::acl::User;
 use super::background::Background;
 use super::clock::{Clock, Reading};
 use super::global::Global;
-use super::msg::{Done, Durable, NsAnswer, Ran, ShardInfo, ShardMetrics, ShardMsg, TxDone, TxItem};
+use super::msg::{
+    Call, Done, Durable, NsAnswer, Ran, ShardInfo, ShardMetrics, ShardMsg, TxAnswer, TxDone, TxItem,
+};
 use super::parking::Parking;
 use super::semstats::{self, SemKey, Waits};
 use super::stats::{CommandStats, Outcome};
 use crate::cluster::LeaderId;
-use crate::command::engine_command_name;
+use crate::command::CommandSpec;
 use crate::engine::page::Page;
-use crate::engine::request::EngineRequest;
 use crate::engine::room::{shrink_map, FastMap};
 use crate::engine::types::{Name, Nanos};
 use crate::engine::view::is_acquired;
@@ -79,6 +80,8 @@ enum Leading {
 /// A parked acquire's reply channel.
 struct Parked {
     tx: oneshot::Sender<Durable<Reply>>,
+    /// Its command's table entry, which counts how the wait ends.
+    spec: &'static CommandSpec,
     /// The LSN of the change it parked with (it moves the semaphore's `last_activity_at`): it
     /// stays parked through a roll-back only if that change was saved.
     lsn: u64,
@@ -258,8 +261,8 @@ impl ShardCtx {
     }
 
     /// Runs one request of this shard's namespaces; an acquire may park for `parker`.
-    pub fn exec(&self, req: EngineRequest, parker: Option<&Arc<Parking>>) -> Done {
-        let done = self.exec_at(self.now(), req, parker);
+    pub fn exec(&self, call: Call, parker: Option<&Arc<Parking>>) -> Done {
+        let done = self.exec_at(self.now(), call, parker);
         self.settle();
         done
     }
@@ -268,11 +271,12 @@ impl ShardCtx {
     /// cannot take it. An acquire parks only for a `parker`, and one whose client was killed
     /// (by another thread, which then cancels what it finds parked) runs nothing, or leaves the
     /// queue at once if the kill came as it parked.
-    fn exec_at(&self, now: Nanos, req: EngineRequest, parker: Option<&Arc<Parking>>) -> Done {
+    fn exec_at(&self, now: Nanos, call: Call, parker: Option<&Arc<Parking>>) -> Done {
         if parker.is_some_and(|p| p.is_killed()) {
             return Done::Killed;
         }
-        let name = engine_command_name(&req);
+        let Call { spec, req } = call;
+        let name = spec.name;
         if let Some(e) = self.standby_refusal() {
             self.record(name, Duration::ZERO, Outcome::Rejected, Some(&e));
             return Done::Reply(Reply::Error(e));
@@ -303,7 +307,7 @@ impl ShardCtx {
                     return Done::Killed;
                 }
                 let (tx, rx) = oneshot::channel();
-                // Only the wait histograms of `/metrics` need it (count_ended_wait).
+                // Only the wait histograms of `/metrics` need it (answer_parked).
                 let sem = self
                     .global
                     .config
@@ -312,6 +316,7 @@ impl ShardCtx {
                 let since = Instant::now();
                 let p = Parked {
                     tx,
+                    spec,
                     lsn: 0,
                     since,
                     sem,
@@ -326,7 +331,7 @@ impl ShardCtx {
     /// Runs requests in order, stopping after the first that parks. They all run at one
     /// instant: nothing (an expiry, a time-out) happens between two of them, which is what makes
     /// a MULTI/EXEC atomic.
-    pub fn exec_batch(&self, reqs: Vec<EngineRequest>, parker: Option<&Arc<Parking>>) -> Vec<Done> {
+    pub fn exec_batch(&self, reqs: Vec<Call>, parker: Option<&Arc<Parking>>) -> Vec<Done> {
         let now = self.now();
         let mut out = Vec::with_capacity(reqs.len());
         for r in reqs {
@@ -345,7 +350,7 @@ impl ShardCtx {
     /// until the replies reach `budget` bytes (at least one runs); the rest are sent back. A
     /// pipeline of large replies (SEM.HOLDERS of big holders) is thus built a piece at a time,
     /// each piece written (or found past the client's output limit) before the next is built.
-    pub fn run_batch(&self, mut reqs: VecDeque<EngineRequest>, proto: Proto, budget: usize) -> Ran {
+    pub fn run_batch(&self, mut reqs: VecDeque<Call>, proto: Proto, budget: usize) -> Ran {
         let now = self.now();
         let mut out = BytesMut::new();
         let mut ends = Vec::new();
@@ -372,8 +377,13 @@ impl ShardCtx {
     }
 
     /// Runs a transaction's items in order, at one instant, as [`exec_batch`](Self::exec_batch)
-    /// runs its requests (acquires do not wait).
-    pub fn exec_txn(&self, items: Vec<TxItem>) -> Vec<TxDone> {
+    /// runs its requests (acquires do not wait). A shard that does not serve (cluster mode,
+    /// leadership moving) runs none: EXEC answers its one refusal, as Redis Cluster answers a
+    /// transaction whose slot moved.
+    pub fn exec_txn(&self, items: Vec<TxItem>) -> TxAnswer {
+        if let Some(e) = self.standby_refusal() {
+            return Err(e);
+        }
         let now = self.now();
         let done = items
             .into_iter()
@@ -387,7 +397,7 @@ impl ShardCtx {
             })
             .collect();
         self.settle();
-        done
+        Ok(done)
     }
 
     /// Takes a parked acquire of this shard out of its queue.
@@ -468,9 +478,7 @@ impl ShardCtx {
         }
         for (id, reply) in outbox {
             if let Some(p) = parked.remove(&id) {
-                self.count_ended_wait(&p, &reply);
-                // A client that left meanwhile drops the reply; the engine moved on.
-                let _ = p.tx.send(Durable { value: reply, lsn });
+                self.answer_parked(p, reply, lsn);
             }
         }
         drop(parked);
@@ -482,18 +490,21 @@ impl ShardCtx {
         }
     }
 
-    /// Counts how a parked acquire ended: an error as a failed call (its call was counted when
-    /// it parked), a grant in its semaphore's wait histogram (with `--metrics-port`).
-    fn count_ended_wait(&self, p: &Parked, reply: &Reply) {
-        if let Reply::Error(e) = reply {
-            self.stats.borrow_mut().failed_later("sem.acquire", e);
+    /// Answers a parked acquire, however its wait ended, and counts how under its own command:
+    /// an error as a failed call (its call was counted when it parked), a grant in its
+    /// semaphore's wait histogram (with `--metrics-port`).
+    fn answer_parked(&self, p: Parked, reply: Reply, lsn: u64) {
+        if let Reply::Error(e) = &reply {
+            self.stats.borrow_mut().failed_later(p.spec.name, e);
         } else if let Some(sem) = &p.sem {
-            if is_acquired(reply) {
+            if is_acquired(&reply) {
                 let cap = self.global.config.metrics_max_semaphores;
                 let waited = p.since.elapsed().as_secs_f64();
                 self.waits.borrow_mut().observe(sem, waited, cap);
             }
         }
+        // A client that left meanwhile drops the reply; the engine moved on.
+        let _ = p.tx.send(Durable { value: reply, lsn });
     }
 
     /// Fires deadlines on time: sleeps until the engine's next one, or until woken because an

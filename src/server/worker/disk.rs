@@ -20,7 +20,6 @@ use crate::error::Error;
 use crate::persist::{self, Batch, Fsync, WriteError};
 use crate::protocol::Reply;
 use crate::server::global::Global;
-use crate::server::msg::Durable;
 
 /// How often a shard whose data directory is full tries its log again.
 const RETRY: Duration = Duration::from_secs(1);
@@ -164,8 +163,7 @@ impl ShardCtx {
             let mut parked = self.parked.borrow_mut();
             for id in dropped {
                 if let Some(p) = parked.remove(&id) {
-                    let value = Reply::Error(refusal.clone());
-                    let _ = p.tx.send(Durable { value, lsn: after });
+                    self.answer_parked(p, Reply::Error(refusal.clone()), after);
                 }
             }
         }

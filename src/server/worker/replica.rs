@@ -44,7 +44,6 @@ use crate::error::Error;
 use crate::protocol::Reply;
 use crate::server::cluster;
 use crate::server::global::Redirecting;
-use crate::server::msg::Durable;
 
 /// How soon a node that leads tries again to take over when the last try failed (no quorum
 /// confirmed it yet).
@@ -164,7 +163,7 @@ impl ShardCtx {
     /// later proposal can have committed, and the stand-by it causes rolls those back as well
     /// (a roll-back outweighs a later durable mark).
     fn settle_proposal(
-        &self,
+        self: &Rc<Self>,
         node: &Handle,
         leader: LeaderId,
         lsn: u64,
@@ -309,7 +308,7 @@ impl ShardCtx {
     /// answered `MOVED` (or `CLUSTERDOWN`), and the replies waiting for proposals up to
     /// `unknown` that may show a change get `LEADERCHANGED`, the others `TRYAGAIN`: a read
     /// that showed only committed changes is safe to send again, and cluster clients do.
-    fn stand_by(&self, node: &Handle, unknown: u64) {
+    fn stand_by(self: &Rc<Self>, node: &Handle, unknown: u64) {
         let Some(leader) = self.serving_as() else {
             return;
         };
@@ -352,7 +351,8 @@ impl ShardCtx {
             "leadership moved: the state not known to be committed is dropped"
         );
         if !slots.is_empty() {
-            tokio::task::spawn_local(send_to_leader(node.clone(), leader, slots, saved, counted));
+            let (ctx, node) = (self.clone(), node.clone());
+            tokio::task::spawn_local(send_to_leader(ctx, node, leader, slots, saved, counted));
         }
         self.leadership_wake.notify_one();
     }
@@ -412,6 +412,7 @@ impl Answers {
 /// [`NEXT_LEADER_WAIT`]. They were never granted: re-sent, they join the new leader's queue.
 /// `_counted` keeps a stopping server's Raft running until they are answered.
 async fn send_to_leader(
+    ctx: Rc<ShardCtx>,
     node: Handle,
     was: LeaderId,
     parked: Vec<(u16, Parked)>,
@@ -429,10 +430,7 @@ async fn send_to_leader(
             Some(l) => Error::Moved(format!("{slot} {}", l.client_addr)),
             None => Error::ClusterDown("no leader".into()),
         };
-        let _ = p.tx.send(Durable {
-            value: Reply::Error(e),
-            lsn,
-        });
+        ctx.answer_parked(p, Reply::Error(e), lsn);
     }
 }
 
