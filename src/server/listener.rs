@@ -54,9 +54,10 @@ pub fn run(config: Config) -> std::io::Result<()> {
     let n = config.shard_count();
     // Before anything is written to --dir (loading writes a new generation of it): options
     // that do not fit together, and a --dir that is another node's, are refused leaving it
-    // as it was.
+    // as it was; then a --dir another process serves, by its lock (held until we exit).
     let node_cfg = cluster::settings(&config, n).map_err(std::io::Error::other)?;
     cluster::check_dir(&config).map_err(std::io::Error::other)?;
+    let _lock = crate::persist::lock::lock_dir(&config.dir).map_err(std::io::Error::other)?;
     let started = Instant::now();
     let loaded = crate::persist::load(&config.dir, n, config.repair_log).map_err(|e| {
         std::io::Error::other(format!(

@@ -136,24 +136,15 @@ impl Server {
     /// and what it wrote to stderr. Panics if it is still running after [`START_TIMEOUT`].
     pub fn refused(args: &[&str]) -> (std::process::ExitStatus, String) {
         let root = unique_temp_dir();
-        let child = Command::new(env!("CARGO_BIN_EXE_permitd"))
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &free_port().to_string(),
-                "--dir",
-            ])
-            .arg(root.join("data"))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn permitd");
-        let refusal = wait_refusal(child, args);
+        let refusal = refused_on(&root.join("data"), args);
         let _ = fs::remove_dir_all(&root);
         refusal
+    }
+
+    /// Runs another server with `args` on this one's data directory (and a port of its own),
+    /// and expects it to refuse to start, as [`Server::refused`].
+    pub fn refused_beside(&self, args: &[&str]) -> (std::process::ExitStatus, String) {
+        refused_on(&self.dir, args)
     }
 
     /// Starts the server again on its port and data directory (SIGKILLing it first if it still
@@ -435,6 +426,27 @@ pub fn unique_temp_dir() -> PathBuf {
     ));
     fs::create_dir_all(&p).expect("create temp dir");
     p
+}
+
+/// Runs a server on `dir` (a free port) with `args`, expecting it to refuse to start: its exit
+/// status and stderr.
+fn refused_on(dir: &Path, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_permitd"))
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &free_port().to_string(),
+            "--dir",
+        ])
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn permitd");
+    wait_refusal(child, args)
 }
 
 /// Waits for `child`, a server started with `args` that should refuse to start, to exit: its
