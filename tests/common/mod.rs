@@ -45,6 +45,8 @@ pub struct Server {
     dir: PathBuf,
     log: PathBuf,
     extra: Vec<String>,
+    /// The open-files limit (RLIMIT_NOFILE: soft, hard) it runs under, when not this process's.
+    nofile: Option<(u64, u64)>,
 }
 
 impl Server {
@@ -57,11 +59,17 @@ impl Server {
     /// (`--bind 127.0.0.1 --port P --dir D --shards 2`; pass `--bind` or `--shards` to override
     /// those).
     pub fn start_with(args: &[&str]) -> Server {
+        Server::start_with_nofile(None, args)
+    }
+
+    /// [`Server::start_with`] under the open-files limit `nofile` (RLIMIT_NOFILE, soft and
+    /// hard), set in the server's process before permitd runs (`ulimit -Sn`/`-Hn`).
+    pub fn start_with_nofile(nofile: Option<(u64, u64)>, args: &[&str]) -> Server {
         // The free port is found by binding and dropping a listener, so another process may
         // take it before the server binds it: retry with a new port if the server dies early.
         let mut last_err = String::new();
         for _ in 0..3 {
-            match Server::start_at(free_port(), args) {
+            match Server::start_at_nofile(free_port(), args, nofile) {
                 Ok(server) => return server,
                 Err(e) => last_err = e,
             }
@@ -72,6 +80,14 @@ impl Server {
     /// Like [`Server::start_with`] on the given port, once: for a caller that chose its ports
     /// beforehand (a cluster's nodes name each other's). The error carries the server's log.
     pub fn start_at(port: u16, args: &[&str]) -> Result<Server, String> {
+        Server::start_at_nofile(port, args, None)
+    }
+
+    fn start_at_nofile(
+        port: u16,
+        args: &[&str],
+        nofile: Option<(u64, u64)>,
+    ) -> Result<Server, String> {
         let root = unique_temp_dir();
         let dir = root.join("data");
         fs::create_dir_all(&dir).expect("create server data dir");
@@ -83,6 +99,7 @@ impl Server {
             dir,
             log,
             extra: args.iter().map(|s| s.to_string()).collect(),
+            nofile,
         };
         server
             .spawn_and_wait()
@@ -325,6 +342,24 @@ impl Server {
             cmd.arg("--shards").arg("2");
         }
         cmd.args(extra);
+        if let Some((soft, hard)) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            // SAFETY: between fork and exec the closure only calls setrlimit(2), which is
+            // async-signal-safe, on a limit it owns.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         cmd
     }
 
