@@ -295,6 +295,45 @@ fn slowlog_and_latency_answer_as_redis() {
 }
 
 #[test]
+fn slowlog_hides_passwords_as_redis_7() {
+    let server = Server::start_with(&["--slowlog-log-slower-than", "0"]);
+    let mut con = server.conn();
+    let rules = ["on", ">alice-secret", "~*", "+@all"];
+    ok(
+        &mut con,
+        &[&["ACL", "SETUSER", "alice"][..], &rules].concat(),
+    );
+    // A refused SETUSER is logged too, its words hidden all the same.
+    fails(
+        &mut con,
+        &["ACL", "SETUSER", "bob", ">bob-secret", "+nosuch"],
+    );
+    let mut raw = server.raw();
+    assert_eq!(
+        raw.cmd(&["AUTH", "alice", "alice-secret"]),
+        Resp::Simple("OK".into())
+    );
+    let entries = items(&ok(&mut con, &["SLOWLOG", "GET", "-1"]));
+    let logged: Vec<Vec<String>> = entries.iter().map(|e| strings(&items(e)[3])).collect();
+    assert!(
+        !format!("{logged:?}").contains("secret"),
+        "a password in SLOWLOG: {logged:?}"
+    );
+    // As Redis 7 records them: every word after ACL SETUSER, and AUTH's.
+    let r = "(redacted)";
+    for shown in [
+        vec!["ACL", "SETUSER", r, r, r, r, r],
+        vec!["ACL", "SETUSER", r, r, r],
+        vec!["AUTH", r, r],
+    ] {
+        assert!(
+            logged.contains(&shown.iter().map(|w| w.to_string()).collect()),
+            "{shown:?} in {logged:?}"
+        );
+    }
+}
+
+#[test]
 fn info_cpu_is_redis_7_s_section() {
     let server = Server::start();
     let mut con = server.conn();

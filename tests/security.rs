@@ -1000,6 +1000,41 @@ fn aclfile_users_load_at_start_and_acl_save_writes_them_back() {
 }
 
 #[test]
+fn aclfile_takes_what_redis_7_acl_save_writes() {
+    // As redis-server 7.0.15 wrote them (ACL SAVE), and the `sanitize-payload` of 7.2.
+    let tmp = TempDir::new();
+    let file = tmp.path("users.acl");
+    let redis_file = format!(
+        "user alice on #{} ~team-a:* resetchannels -@all +ping\n\
+         user bob off skip-sanitize-payload #{} ~* resetchannels &news.* +@all\n\
+         user default on nopass sanitize-payload ~* &* +@all\n",
+        sha256_hex("alice-pw"),
+        sha256_hex("bob-pw")
+    );
+    fs::write(&file, &redis_file).unwrap();
+    let s = Server::start_with(&["--aclfile", &tmp.arg("users.acl")]);
+    let mut admin = s.conn();
+    assert_eq!(text(&ok(&mut admin, &["PING"])), "PONG");
+    let mut alice = login(&s, "alice", "alice-pw");
+    assert_eq!(text(&ok(&mut alice, &["PING"])), "PONG");
+    assert!(fails(&mut alice, &["NS.CREATE", "team-a:x"]).starts_with("NOPERM"));
+    let mut raw = s.raw();
+    assert!(
+        matches!(raw.cmd(&["AUTH", "bob", "bob-pw"]), Resp::Error(e) if e.starts_with("WRONGPASS")),
+        "bob is off"
+    );
+
+    // What ACL SAVE writes, ACL LOAD reads back as it was.
+    let listed = acl_list(&mut admin);
+    assert_eq!(text(&ok(&mut admin, &["ACL", "SAVE"])), "OK");
+    assert_eq!(text(&ok(&mut admin, &["ACL", "LOAD"])), "OK");
+    assert_eq!(acl_list(&mut admin), listed);
+    let saved = fs::read_to_string(&file).unwrap();
+    assert_eq!(saved.lines().collect::<Vec<_>>(), listed);
+    login(&s, "alice", "alice-pw");
+}
+
+#[test]
 fn lease_ids_stay_out_of_errors_and_logs() {
     let s = Server::start_with(&["--log-level", "info"]);
     let mut admin = s.conn();

@@ -12,6 +12,7 @@
 //! the others, as on any failed fsync, after which a file's state is unknown (SPEC §8).
 
 pub mod codec;
+pub mod lock;
 pub mod log;
 pub mod snapshot;
 

@@ -160,6 +160,9 @@ impl User {
             "allcommands" => self.rules = vec![(true, Target::All)],
             "nocommands" => self.rules.clear(),
             "reset" => *self = User::new(&self.name),
+            // Redis 7's ACL SAVE writes these on every user. There are no pub/sub channels and
+            // no RESTORE payloads here: taken, and nothing to keep.
+            "resetchannels" | "allchannels" | "sanitize-payload" | "skip-sanitize-payload" => {}
             _ => match rule.as_bytes().first().copied().unwrap_or(0) {
                 b'>' => {
                     self.passwords.push(sha256(&rule.as_bytes()[1..]));
@@ -181,6 +184,8 @@ impl User {
                 b'~' => self
                     .patterns
                     .push(Bytes::copy_from_slice(&rule.as_bytes()[1..])),
+                // A channel pattern (`&*`, `&news.*`), as the channel rules above.
+                b'&' => {}
                 b'+' | b'-' => {
                     let allow = rule.starts_with('+');
                     let what = &lower[1..];

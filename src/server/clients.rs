@@ -259,6 +259,8 @@ struct Shared {
     blocked: AtomicUsize,
     total_connections: AtomicU64,
     rejected_connections: AtomicU64,
+    /// Seats taken (see [`Seat`]).
+    seated: AtomicUsize,
 }
 
 impl Shared {
@@ -284,6 +286,7 @@ impl Registry {
     /// connection is registered until the returned registration drops.
     pub fn register(
         &self,
+        seat: Seat,
         addr: SocketAddr,
         laddr: SocketAddr,
         fd: i32,
@@ -325,6 +328,24 @@ impl Registry {
         Registration {
             client,
             shared: s.clone(),
+            _seat: seat,
+        }
+    }
+
+    /// A seat for a connection just accepted, unless `max` are taken (a rejected connection).
+    pub fn seat(&self, max: usize) -> Option<Seat> {
+        let s = &self.shared;
+        let taken = s
+            .seated
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            });
+        match taken {
+            Ok(_) => Some(Seat(s.clone())),
+            Err(_) => {
+                s.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                None
+            }
         }
     }
 
@@ -398,12 +419,18 @@ impl Registry {
     pub fn rejected_connections(&self) -> u64 {
         self.shared.rejected_connections.load(Ordering::Relaxed)
     }
+}
 
-    /// Counts a connection refused for `--maxclients`.
-    pub fn reject(&self) {
-        self.shared
-            .rejected_connections
-            .fetch_add(1, Ordering::Relaxed);
+/// A connection's place under `--maxclients`, taken as it is accepted and held until it closes
+/// (by its registration, which moves with it). Counted from the accept: a burst of accepts
+/// outruns the shard threads' registrations, and a limit checked against those let more
+/// connections in than the open-files limit was fitted for (`fdlimit.rs`).
+#[derive(Debug)]
+pub struct Seat(Arc<Shared>);
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.0.seated.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -412,6 +439,7 @@ impl Registry {
 pub struct Registration {
     client: Arc<Client>,
     shared: Arc<Shared>,
+    _seat: Seat,
 }
 
 impl Registration {
@@ -464,10 +492,27 @@ mod tests {
         "127.0.0.1:1".parse().unwrap()
     }
 
+    fn register(registry: &Registry, fd: i32) -> Registration {
+        let seat = registry.seat(usize::MAX).unwrap();
+        registry.register(seat, addr(), addr(), fd, 0)
+    }
+
+    #[test]
+    fn seats_stop_at_the_limit_until_one_is_given_back() {
+        let registry = Registry::default();
+        let seat = registry.seat(1).unwrap();
+        assert!(registry.seat(1).is_none());
+        assert_eq!(registry.rejected_connections(), 1);
+        let reg = registry.register(seat, addr(), addr(), -1, 0);
+        assert!(registry.seat(1).is_none(), "a registration holds its seat");
+        drop(reg);
+        assert!(registry.seat(1).is_some());
+    }
+
     #[test]
     fn a_client_is_registered_until_its_registration_drops() {
         let registry = Registry::default();
-        let reg = registry.register(addr(), addr(), -1, 0);
+        let reg = register(&registry, -1);
         let id = reg.client().id();
         assert!(registry.get(id).is_some());
         assert_eq!(registry.count_on_shard(0), 1);
@@ -481,7 +526,7 @@ mod tests {
         let registry = Arc::new(Registry::default());
         let r = registry.clone();
         let joined = std::thread::spawn(move || {
-            let _reg = r.register(addr(), addr(), -1, 0);
+            let _reg = register(&r, -1);
             panic!("a connection task fails");
         })
         .join();
@@ -492,7 +537,7 @@ mod tests {
     #[test]
     fn the_killer_finds_where_a_killed_client_is_parked() {
         let registry = Registry::default();
-        let reg = registry.register(addr(), addr(), -1, 0);
+        let reg = register(&registry, -1);
         // No socket to shut down here.
         reg.detach_socket();
         let p = reg.client().parking().clone();
@@ -512,7 +557,7 @@ mod tests {
         let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (mut sock, _) = listener.accept().unwrap();
         let registry = Registry::default();
-        let reg = registry.register(addr(), addr(), sock.as_raw_fd(), 0);
+        let reg = register(&registry, sock.as_raw_fd());
         reg.detach_socket();
         assert_eq!(registry.kill_where(|_| true), 1);
         assert!(

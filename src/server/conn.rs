@@ -31,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::clients::Seat;
 use super::gate::Gate;
 use super::global::Global;
 use super::msg::{Done, Durable, Moving, ShardMsg, ThreadMsg};
@@ -79,13 +80,13 @@ pub(super) trait Service: Default {
 }
 
 /// Serves one accepted connection until it closes; `tls` connections first do the handshake.
-pub(super) async fn serve<D: Service>(ctx: Rc<ShardCtx>, stream: TcpStream, tls: bool) {
+pub(super) async fn serve<D: Service>(ctx: Rc<ShardCtx>, stream: TcpStream, tls: bool, seat: Seat) {
     let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) else {
         return;
     };
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let g = ctx.global.clone();
-    let session = || Session::new(&g.acl, g.clients.register(addr, laddr, fd, ctx.id));
+    let session = || Session::new(&g.acl, g.clients.register(seat, addr, laddr, fd, ctx.id));
     if !tls {
         let session = session();
         return serve_conn::<_, D>(Conn::new(ctx, stream, session)).await;

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
@@ -12,13 +12,13 @@ use super::clients::is_local;
 use super::global::Global;
 use super::msg::ThreadMsg;
 use super::topology::{NodeId, Topology};
-use super::{cluster, metrics, thread, tls};
+use super::{cluster, fdlimit, metrics, thread, tls};
 use crate::config::Config;
 
 /// Runs the server until SIGTERM, SIGINT or SHUTDOWN. A shard thread trims (see
 /// [`crate::alloc::trim`]) after many of its connections closed, then the accepting thread does,
 /// to give the allocator's free memory of each thread back to the OS.
-pub fn run(config: Config) -> std::io::Result<()> {
+pub fn run(mut config: Config) -> std::io::Result<()> {
     let addr: SocketAddr = format!("{}:{}", config.bind, config.port)
         .parse()
         .map_err(|e| {
@@ -27,6 +27,9 @@ pub fn run(config: Config) -> std::io::Result<()> {
                 format!("--bind/--port: {e}"),
             )
         })?;
+    // What CONFIG GET and INFO show from here on is the maxclients the limit allows.
+    config.maxclients =
+        fdlimit::fit(config.maxclients, config.shard_count()).map_err(std::io::Error::other)?;
     let acl = Acl::new(config.requirepass.clone(), config.aclfile.clone())
         .map_err(|e| std::io::Error::other(format!("--aclfile: {e}")))?;
     let tls = tls::server_config(&config)?;
@@ -54,9 +57,10 @@ pub fn run(config: Config) -> std::io::Result<()> {
     let n = config.shard_count();
     // Before anything is written to --dir (loading writes a new generation of it): options
     // that do not fit together, and a --dir that is another node's, are refused leaving it
-    // as it was.
+    // as it was; then a --dir another process serves, by its lock (held until we exit).
     let node_cfg = cluster::settings(&config, n).map_err(std::io::Error::other)?;
     cluster::check_dir(&config).map_err(std::io::Error::other)?;
+    let _lock = crate::persist::lock::lock_dir(&config.dir).map_err(std::io::Error::other)?;
     let started = Instant::now();
     let loaded = crate::persist::load(&config.dir, n, config.repair_log).map_err(|e| {
         std::io::Error::other(format!(
@@ -174,6 +178,7 @@ async fn accept_loop(
     let mut shutdown = global.watch_shutdown();
     let mut stop_asked = global.watch_stop_asked();
     let mut next = 0usize;
+    let mut failures = Throttle::default();
     loop {
         tokio::select! {
             _ = term.recv() => { tracing::info!("Received SIGTERM scheduling shutdown..."); break; }
@@ -188,9 +193,12 @@ async fn accept_loop(
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        // EMFILE and friends: back off briefly instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        // EMFILE and friends: back off briefly instead of spinning, and say
+                        // so once a second, not at every try.
+                        if let Some(unlogged) = failures.admit(Instant::now()) {
+                            tracing::warn!(error = %e, unlogged, "accept failed");
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
                 };
@@ -204,13 +212,12 @@ async fn accept_loop(
                     let _ = s.write_all(DENIED).await;
                     continue;
                 }
-                if global.clients.count() >= global.config.maxclients {
-                    global.clients.reject();
+                let Some(seat) = global.clients.seat(global.config.maxclients) else {
                     let mut s = stream;
                     use tokio::io::AsyncWriteExt;
                     let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
                     continue;
-                }
+                };
                 let _ = stream.set_nodelay(true);
                 if global.config.tcp_keepalive > 0 {
                     let every = std::time::Duration::from_secs(global.config.tcp_keepalive);
@@ -222,7 +229,7 @@ async fn accept_loop(
                     Ok(std_stream) => {
                         let shard = next % global.shard_count();
                         next = next.wrapping_add(1);
-                        let msg = ThreadMsg::Accepted { stream: std_stream, tls };
+                        let msg = ThreadMsg::Accepted { stream: std_stream, tls, seat };
                         let _ = global.send(shard, msg);
                     }
                     Err(e) => tracing::warn!(error = %e, "could not hand over a connection"),
@@ -231,6 +238,30 @@ async fn accept_loop(
         }
     }
     Ok(())
+}
+
+/// A warning that comes in bursts, let through at most once per [`Throttle::EVERY`].
+#[derive(Debug, Default)]
+struct Throttle {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl Throttle {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    /// Whether the warning at `now` is to be logged: then how many were not since the last.
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|t| now.saturating_duration_since(t) < Self::EVERY)
+        {
+            self.unlogged += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.unlogged))
+    }
 }
 
 /// The next connection from either listener, and whether it came on the TLS one.
@@ -244,5 +275,22 @@ async fn accept_either(
             r = plain.accept() => (r, false),
             r = t.accept() => (r, true),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_of_warnings_is_logged_once_a_second_with_the_count_left_out() {
+        let mut t = Throttle::default();
+        let t0 = Instant::now();
+        assert_eq!(t.admit(t0), Some(0));
+        for ms in (10..1000).step_by(10) {
+            assert_eq!(t.admit(t0 + Duration::from_millis(ms)), None);
+        }
+        assert_eq!(t.admit(t0 + Duration::from_secs(1)), Some(99));
+        assert_eq!(t.admit(t0 + Duration::from_secs(3)), Some(0));
     }
 }

@@ -1,7 +1,8 @@
 //! The network server: listener, shard threads, connections, timers.
 //!
 //! Its files depend on each other one way, each only on those listed before it:
-//! `acl`, `background`, `parking`, `tls`, `topology`, `stats` (per-command figures),
+//! `acl`, `background`, `fdlimit` (the open-files limit), `parking`, `tls`, `topology`,
+//! `stats` (per-command figures),
 //! `semstats` (per-semaphore figures) (leaves); `clients` (the client registry);
 //! `session` (who a connection is logged in as); `msg` (what the threads send each other);
 //! `global` (state every thread shares); `cluster` (cluster mode's options, topology,
@@ -21,6 +22,7 @@ mod clock;
 mod cluster;
 pub mod conn;
 mod dispatch;
+mod fdlimit;
 mod gate;
 mod global;
 pub mod info;

@@ -8,6 +8,7 @@ use bytes::BytesMut;
 use tokio::sync::oneshot;
 
 use super::acl::User;
+use super::clients::Seat;
 use super::parking::Parking;
 use super::semstats::{NsGauge, SemGauge, SemKey, WaitHist};
 use super::session::Session;
@@ -40,6 +41,8 @@ pub enum ThreadMsg {
         stream: std::net::TcpStream,
         /// It came on the TLS port: the thread does the handshake first.
         tls: bool,
+        /// Its place under `--maxclients`.
+        seat: Seat,
     },
     /// A connection moving here from another shard thread (see `conn.rs`).
     Moving(Box<Moving>),

@@ -1,6 +1,8 @@
 //! A command's words as MONITOR and SLOWLOG show them: secrets replaced. A lease id is a
 //! capability (SPEC §1), so any word shaped like one is shown as the logs show it; passwords
-//! (AUTH, HELLO ... AUTH) as Redis shows them.
+//! as Redis 7 shows them (`redactClientCommandArgument`): AUTH's words, HELLO's AUTH user and
+//! password, and every word of `ACL SETUSER` after the subcommand (its rules carry passwords,
+//! and Redis hides the user name too). MONITOR and SLOWLOG both show commands through here.
 
 use bytes::Bytes;
 
@@ -25,6 +27,7 @@ pub fn shown(cmd: Cmd, argv: &[Bytes]) -> Vec<Bytes> {
             let secret = match cmd {
                 Cmd::Auth => i > 0,
                 Cmd::Hello => hello_auth.is_some_and(|at| i > at && i <= at + 2),
+                Cmd::AclSetUser => i > 1,
                 _ => false,
             };
             if secret {
@@ -73,6 +76,13 @@ mod tests {
                 &words(&["HELLO", "3", "auth", "u", "p", "SETNAME", "n"])
             ),
             words(&["HELLO", "3", "auth", SECRET, SECRET, "SETNAME", "n"])
+        );
+        assert_eq!(
+            shown(
+                Cmd::AclSetUser,
+                &words(&["ACL", "SETUSER", "alice", "on", ">pw"])
+            ),
+            words(&["ACL", "SETUSER", SECRET, SECRET, SECRET])
         );
     }
 }

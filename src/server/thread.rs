@@ -89,10 +89,12 @@ struct Thread {
 impl Thread {
     fn handle(self: &Rc<Self>, msg: ThreadMsg) {
         match msg {
-            ThreadMsg::Accepted { stream, tls } => match tokio::net::TcpStream::from_std(stream) {
-                Ok(s) => self.adopt(move |ctx| conn::serve::<Dispatch>(ctx, s, tls)),
-                Err(e) => tracing::warn!(error = %e, "could not adopt a connection"),
-            },
+            ThreadMsg::Accepted { stream, tls, seat } => {
+                match tokio::net::TcpStream::from_std(stream) {
+                    Ok(s) => self.adopt(move |ctx| conn::serve::<Dispatch>(ctx, s, tls, seat)),
+                    Err(e) => tracing::warn!(error = %e, "could not adopt a connection"),
+                }
+            }
             ThreadMsg::Moving(m) => self.adopt(move |ctx| conn::resume::<Dispatch>(ctx, *m)),
             ThreadMsg::Shard(m) => self.ctx.handle(m),
         }

@@ -47,6 +47,8 @@ pub struct Server {
     dir: PathBuf,
     log: PathBuf,
     extra: Vec<String>,
+    /// The open-files limit (RLIMIT_NOFILE: soft, hard) it runs under, when not this process's.
+    nofile: Option<(u64, u64)>,
 }
 
 impl Server {
@@ -59,11 +61,17 @@ impl Server {
     /// (`--bind 127.0.0.1 --port P --dir D --shards 2`; pass `--bind` or `--shards` to override
     /// those).
     pub fn start_with(args: &[&str]) -> Server {
+        Server::start_with_nofile(None, args)
+    }
+
+    /// [`Server::start_with`] under the open-files limit `nofile` (RLIMIT_NOFILE, soft and
+    /// hard), set in the server's process before permitd runs (`ulimit -Sn`/`-Hn`).
+    pub fn start_with_nofile(nofile: Option<(u64, u64)>, args: &[&str]) -> Server {
         // The free port is found by binding and dropping a listener, so another process may
         // take it before the server binds it: retry with a new port if the server dies early.
         let mut last_err = String::new();
         for _ in 0..3 {
-            match Server::start_at(free_port(), args) {
+            match Server::start_at_nofile(free_port(), args, nofile) {
                 Ok(server) => return server,
                 Err(e) => last_err = e,
             }
@@ -74,6 +82,14 @@ impl Server {
     /// Like [`Server::start_with`] on the given port, once: for a caller that chose its ports
     /// beforehand (a cluster's nodes name each other's). The error carries the server's log.
     pub fn start_at(port: u16, args: &[&str]) -> Result<Server, String> {
+        Server::start_at_nofile(port, args, None)
+    }
+
+    fn start_at_nofile(
+        port: u16,
+        args: &[&str],
+        nofile: Option<(u64, u64)>,
+    ) -> Result<Server, String> {
         let root = unique_temp_dir();
         let dir = root.join("data");
         fs::create_dir_all(&dir).expect("create server data dir");
@@ -85,6 +101,7 @@ impl Server {
             dir,
             log,
             extra: args.iter().map(|s| s.to_string()).collect(),
+            nofile,
         };
         server
             .spawn_and_wait()
@@ -138,24 +155,15 @@ impl Server {
     /// and what it wrote to stderr. Panics if it is still running after [`START_TIMEOUT`].
     pub fn refused(args: &[&str]) -> (std::process::ExitStatus, String) {
         let root = unique_temp_dir();
-        let child = Command::new(env!("CARGO_BIN_EXE_permitd"))
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &free_port().to_string(),
-                "--dir",
-            ])
-            .arg(root.join("data"))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn permitd");
-        let refusal = wait_refusal(child, args);
+        let refusal = refused_on(&root.join("data"), args);
         let _ = fs::remove_dir_all(&root);
         refusal
+    }
+
+    /// Runs another server with `args` on this one's data directory (and a port of its own),
+    /// and expects it to refuse to start, as [`Server::refused`].
+    pub fn refused_beside(&self, args: &[&str]) -> (std::process::ExitStatus, String) {
+        refused_on(&self.dir, args)
     }
 
     /// Starts the server again on its port and data directory (SIGKILLing it first if it still
@@ -336,6 +344,24 @@ impl Server {
             cmd.arg("--shards").arg("2");
         }
         cmd.args(extra);
+        if let Some((soft, hard)) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            // SAFETY: between fork and exec the closure only calls setrlimit(2), which is
+            // async-signal-safe, on a limit it owns.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         cmd
     }
 
@@ -437,6 +463,27 @@ pub fn unique_temp_dir() -> PathBuf {
     ));
     fs::create_dir_all(&p).expect("create temp dir");
     p
+}
+
+/// Runs a server on `dir` (a free port) with `args`, expecting it to refuse to start: its exit
+/// status and stderr.
+fn refused_on(dir: &Path, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_permitd"))
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &free_port().to_string(),
+            "--dir",
+        ])
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn permitd");
+    wait_refusal(child, args)
 }
 
 /// Waits for `child`, a server started with `args` that should refuse to start, to exit: its
