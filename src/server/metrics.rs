@@ -6,13 +6,21 @@
 //! the scraper asks for it (Prometheus does), else Prometheus's text format 0.0.4, which differs
 //! only in how a counter's family is named (see [`to_text_format`]).
 //! Per-namespace and per-semaphore series are capped at `--metrics-max-semaphores`, busiest
-//! first; `permitd_metrics_omitted_*` tell how many were left out. In cluster mode the
+//! first; `permitd_metrics_omitted_*` tell how many were left out.
+//!
+//! Scrapes cost the shards a bounded share of their time however many scrapers there are:
+//! one gathering runs at a time, and the scrapes that come meanwhile share it. A gathering that
+//! took 20 ms or more (a large state: some 100,000 semaphores) is served again for ten times
+//! as long as it took, at most a second, so that scraping back to back leaves the shards at
+//! least ten elevenths of their time; a quicker one is not, and its scrapes see every change
+//! made before them. In cluster mode the
 //! `permitd_cluster_*` series tell the node's Raft state, from the same status as `INFO raft`;
 //! the others are this node's, so a follower's keyspace series read 0 (its shards hold no
 //! state: the leader's are the cluster's).
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -41,12 +49,48 @@ const COMMAND_BUCKETS: [f64; 16] = [
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// The last snapshot gathered, shared by the scrapes that come while it is fresh.
+#[derive(Default)]
+struct Scrapes {
+    /// The snapshot, until when it is served again; locked while one is gathered, so that one
+    /// gathering runs at a time and the scrapes waiting for it take its result.
+    last: tokio::sync::Mutex<Option<(Instant, Arc<Snapshot>)>>,
+}
+
+/// A snapshot whose gathering took this long or longer is served again, for this many times
+/// as long as it took, and at most for the last.
+const REUSE_FROM: Duration = Duration::from_millis(20);
+const REUSE_FACTOR: u32 = 10;
+const REUSE_MOST: Duration = Duration::from_secs(1);
+
+impl Scrapes {
+    /// A fresh snapshot: the last one if still fresh, else a new one gathered.
+    async fn snapshot(&self, g: &Global) -> Arc<Snapshot> {
+        let mut last = self.last.lock().await;
+        if let Some((until, s)) = &*last {
+            if Instant::now() < *until {
+                return s.clone();
+            }
+        }
+        let started = Instant::now();
+        let s = Arc::new(gather(g).await);
+        let took = started.elapsed();
+        let reuse = match took >= REUSE_FROM {
+            true => (took * REUSE_FACTOR).min(REUSE_MOST),
+            false => Duration::ZERO,
+        };
+        *last = Some((Instant::now() + reuse, s.clone()));
+        s
+    }
+}
+
 /// Serves `/metrics` and `/health` on `listener` until the runtime stops (at shutdown).
 pub async fn serve(g: Arc<Global>, listener: std::net::TcpListener) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "the metrics listener failed"),
     };
+    let scrapes = Arc::new(Scrapes::default());
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -56,11 +100,11 @@ pub async fn serve(g: Arc<Global>, listener: std::net::TcpListener) {
                 continue;
             }
         };
-        let g = g.clone();
+        let (g, scrapes) = (g.clone(), scrapes.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let g = g.clone();
-                async move { Ok::<_, Infallible>(answer(&g, req).await) }
+                let (g, scrapes) = (g.clone(), scrapes.clone());
+                async move { Ok::<_, Infallible>(answer(&g, &scrapes, req).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             // The timer gives hyper its default 30 s limit on reading a request's headers, so
@@ -74,7 +118,7 @@ pub async fn serve(g: Arc<Global>, listener: std::net::TcpListener) {
 }
 
 /// One HTTP request's answer.
-async fn answer<B>(g: &Global, req: Request<B>) -> Response<Full<Bytes>> {
+async fn answer<B>(g: &Global, scrapes: &Scrapes, req: Request<B>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
@@ -92,7 +136,7 @@ async fn answer<B>(g: &Global, req: Request<B>) -> Response<Full<Bytes>> {
                 .get(ACCEPT)
                 .and_then(|a| a.to_str().ok())
                 .is_some_and(|a| a.contains("application/openmetrics-text"));
-            let om = exposition(gather(g).await);
+            let om = exposition(scrapes.snapshot(g).await);
             let (body, kind) = if open {
                 (om, OPENMETRICS)
             } else {
@@ -167,9 +211,9 @@ async fn gather(g: &Global) -> Snapshot {
 }
 
 /// The OpenMetrics text of a snapshot.
-fn exposition(s: Snapshot) -> String {
+fn exposition(s: Arc<Snapshot>) -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(s));
+    registry.register_collector(Box::new(Shown(s)));
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
@@ -530,8 +574,18 @@ fn encode_cluster(s: &Status, enc: &mut DescriptorEncoder) -> Res {
     )
 }
 
-impl Collector for Snapshot {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Res {
+/// A snapshot as the registry takes it (shared with the scrapes that reuse it).
+#[derive(Debug)]
+struct Shown(Arc<Snapshot>);
+
+impl Collector for Shown {
+    fn encode(&self, enc: DescriptorEncoder) -> Res {
+        self.0.encode_all(enc)
+    }
+}
+
+impl Snapshot {
+    fn encode_all(&self, mut enc: DescriptorEncoder) -> Res {
         self.encode_commands(&mut enc)?;
         self.encode_server(&mut enc)?;
         self.encode_namespaces(&mut enc)?;

@@ -5,6 +5,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::ops::Bound;
 
 use crate::engine::room::FastMap;
 use crate::engine::state::Namespace;
@@ -144,55 +145,131 @@ impl NsGauge {
     }
 }
 
-/// The `cap` busiest namespaces and semaphores of a shard's state; `waited` tells how long a
-/// parked acquire has waited (seconds). A bounded heap keeps the memory at `cap` entries
-/// however many semaphores there are.
-pub fn busiest(
-    namespaces: &BTreeMap<Name, Namespace>,
-    waited: impl Fn(WaiterId) -> Option<f64>,
+/// A walk of a shard's state for the `cap` busiest namespaces and semaphores, in steps: each
+/// [`Walk::step`] goes over a bounded number of semaphores and says where it stopped, and the
+/// next goes on from there, on the state as it then is. The shard serves its clients between
+/// steps, so that a scrape of a million semaphores never stalls them (one pass stalled every
+/// client of the shard for its whole length). A bounded heap keeps the memory at `cap`
+/// semaphores however many there are.
+#[derive(Debug)]
+pub struct Walk {
     cap: usize,
-) -> (Vec<NsGauge>, Vec<SemGauge>) {
-    let mut ns_out = Vec::new();
-    let mut sems: BinaryHeap<Ranked> = BinaryHeap::with_capacity(cap + 1);
-    for (ns_name, ns) in namespaces {
-        let mut g = NsGauge {
-            ns: ns_name.clone(),
-            semaphores: ns.semaphores.len() as u64,
-            leases: ns.leases.len() as u64,
-            holders: 0,
-            waiters: 0,
-        };
-        for (name, s) in &ns.semaphores {
-            g.holders += s.holders.len() as u64;
-            g.waiters += s.queue.len() as u64;
-            let rank = (Reverse(s.queue.len() as u64), Reverse(s.active_holds));
-            // The heap's top is the least busy kept: one no busier is not built at all.
-            if sems.len() == cap && sems.peek().is_none_or(|top| rank >= top.rank()) {
-                continue;
-            }
-            let oldest = s.queue.keys().next().and_then(|&id| waited(id));
-            sems.push(Ranked(SemGauge {
-                key: (ns_name.clone(), name.clone()),
-                permits: s.permits,
-                active_holds: s.active_holds,
-                holders: s.holders.len() as u64,
-                waiters: s.queue.len() as u64,
-                oldest_wait: oldest.unwrap_or(0.0),
-            }));
-            if sems.len() > cap {
-                sems.pop();
-            }
+    sems: BinaryHeap<Ranked>,
+    namespaces: Vec<NsGauge>,
+    /// Where the last step stopped: in this namespace (its gauge so far), after this
+    /// semaphore (`None`: before its first).
+    at: Option<(NsGauge, Option<Name>)>,
+    /// The last namespace walked whole.
+    done_with: Option<Name>,
+}
+
+impl Walk {
+    /// A walk keeping the `cap` busiest.
+    pub fn new(cap: usize) -> Walk {
+        Walk {
+            cap,
+            sems: BinaryHeap::with_capacity(cap + 1),
+            namespaces: Vec::new(),
+            at: None,
+            done_with: None,
         }
-        ns_out.push(g);
     }
-    ns_out.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
-    ns_out.truncate(cap);
-    let mut sem_out: Vec<SemGauge> = sems.into_iter().map(|r| r.0).collect();
-    sem_out.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
-    (ns_out, sem_out)
+
+    /// Goes over at most `budget` semaphores of `namespaces` from where the last step stopped;
+    /// whether the walk is over. `waited` tells how long a parked acquire has waited (seconds).
+    pub fn step(
+        &mut self,
+        namespaces: &BTreeMap<Name, Namespace>,
+        waited: impl Fn(WaiterId) -> Option<f64>,
+        mut budget: usize,
+    ) -> bool {
+        let from = match (&self.at, &self.done_with) {
+            (Some((g, _)), _) => Bound::Included(g.ns.clone()),
+            (None, Some(ns)) => Bound::Excluded(ns.clone()),
+            (None, None) => Bound::Unbounded,
+        };
+        for (ns_name, ns) in namespaces.range((from, Bound::Unbounded)) {
+            // Going on in the namespace it stopped in (unless that one is gone), or starting
+            // one, which counts as a semaphore: a million empty ones are a walk too.
+            let (mut g, after) = match self.at.take() {
+                Some((g, after)) if g.ns == *ns_name => (g, after),
+                _ if budget == 0 => return false,
+                _ => {
+                    budget -= 1;
+                    let g = NsGauge {
+                        ns: ns_name.clone(),
+                        semaphores: ns.semaphores.len() as u64,
+                        leases: ns.leases.len() as u64,
+                        holders: 0,
+                        waiters: 0,
+                    };
+                    (g, None)
+                }
+            };
+            let rest = match &after {
+                Some(sem) => ns
+                    .semaphores
+                    .range((Bound::Excluded(sem), Bound::Unbounded)),
+                None => ns.semaphores.range::<Name, _>(..),
+            };
+            let mut last = after;
+            for (name, s) in rest {
+                if budget == 0 {
+                    self.at = Some((g, last));
+                    return false;
+                }
+                budget -= 1;
+                g.holders += s.holders.len() as u64;
+                g.waiters += s.queue.len() as u64;
+                self.offer(ns_name, name, s, &waited);
+                last = Some(name.clone());
+            }
+            self.done_with = Some(ns_name.clone());
+            self.namespaces.push(g);
+        }
+        true
+    }
+
+    /// Keeps semaphore `name` of `ns` if it is among the busiest so far.
+    fn offer(
+        &mut self,
+        ns: &Name,
+        name: &Name,
+        s: &crate::engine::state::Semaphore,
+        waited: &impl Fn(WaiterId) -> Option<f64>,
+    ) {
+        let rank = (Reverse(s.queue.len() as u64), Reverse(s.active_holds));
+        // The heap's top is the least busy kept: one no busier is not built at all.
+        if self.sems.len() == self.cap && self.sems.peek().is_none_or(|top| rank >= top.rank()) {
+            return;
+        }
+        let oldest = s.queue.keys().next().and_then(|&id| waited(id));
+        self.sems.push(Ranked(SemGauge {
+            key: (ns.clone(), name.clone()),
+            permits: s.permits,
+            active_holds: s.active_holds,
+            holders: s.holders.len() as u64,
+            waiters: s.queue.len() as u64,
+            oldest_wait: oldest.unwrap_or(0.0),
+        }));
+        if self.sems.len() > self.cap {
+            self.sems.pop();
+        }
+    }
+
+    /// The busiest namespaces and semaphores found, at most `cap` of each, busiest first.
+    pub fn finish(self) -> (Vec<NsGauge>, Vec<SemGauge>) {
+        let mut ns_out = self.namespaces;
+        ns_out.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
+        ns_out.truncate(self.cap);
+        let mut sem_out: Vec<SemGauge> = self.sems.into_iter().map(|r| r.0).collect();
+        sem_out.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
+        (ns_out, sem_out)
+    }
 }
 
 /// A semaphore in the heap of the busiest, ordered so that the least busy is on top.
+#[derive(Debug)]
 struct Ranked(SemGauge);
 
 impl Ranked {
@@ -229,6 +306,106 @@ mod tests {
     fn key(ns: &str, sem: &str) -> SemKey {
         let n = |s: &str| Name::new_unchecked(bytes::Bytes::copy_from_slice(s.as_bytes()));
         (n(ns), n(sem))
+    }
+
+    /// An engine shard run by words, as its clients would.
+    struct Eng {
+        shard: crate::engine::Shard,
+        limits: std::sync::Arc<crate::engine::types::Limits>,
+    }
+
+    impl Eng {
+        fn run(&mut self, words: &[&str]) -> crate::protocol::Reply {
+            use crate::command::{parse_argv, Request};
+            let argv: Vec<bytes::Bytes> = words
+                .iter()
+                .map(|w| bytes::Bytes::copy_from_slice(w.as_bytes()))
+                .collect();
+            let Request::Engine(r) = parse_argv(&argv, &self.limits).unwrap().1 else {
+                panic!("{words:?}: not an engine command");
+            };
+            match self.shard.execute(1_700_000_000_000_000_000, r, Some(1)) {
+                crate::engine::Exec::Reply(reply) => reply,
+                crate::engine::Exec::Parked(_) => panic!("{words:?} parked"),
+            }
+        }
+    }
+
+    /// A shard with `n` namespaces of `n` semaphores each (and one empty namespace), their
+    /// permits held in varied amounts by one lease per namespace.
+    fn shard(n: usize) -> Eng {
+        let limits = std::sync::Arc::new(crate::engine::types::Limits::default());
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let shard = crate::engine::Shard::new(limits.clone(), count);
+        let mut e = Eng { shard, limits };
+        e.run(&["NS.CREATE", "empty"]);
+        for i in 0..n {
+            let ns = format!("ns{i}");
+            e.run(&["NS.CREATE", &ns]);
+            let lease = e.run(&["LEASE.CREATE", &ns, "p", "60"]);
+            let Some(crate::protocol::Reply::Bulk(lease)) = lease.field("lease_id") else {
+                panic!("{lease:?}");
+            };
+            let lease = String::from_utf8(lease.to_vec()).unwrap();
+            for j in 0..n {
+                let sem = format!("s{j}");
+                e.run(&["SEM.CREATE", &ns, &sem, "100"]);
+                let weight = ((i * 7 + j * 13) % 17 + 1).to_string();
+                e.run(&["SEM.ACQUIRE", &ns, &sem, &lease, &weight, "0"]);
+            }
+        }
+        e
+    }
+
+    #[test]
+    fn a_walk_in_steps_finds_what_one_pass_finds() {
+        let e = shard(12);
+        let state = e.shard.state().0;
+        let walk = |budget: usize, cap: usize| {
+            let mut w = Walk::new(cap);
+            let mut steps = 1;
+            while !w.step(state, |_| None, budget) {
+                steps += 1;
+            }
+            (w.finish(), steps)
+        };
+        for cap in [1, 5, 200] {
+            let (whole, steps) = walk(usize::MAX, cap);
+            assert_eq!(steps, 1);
+            assert_eq!(whole.1.len(), cap.min(144));
+            assert_eq!(whole.0.len(), cap.min(13));
+            for budget in [1, 2, 7, 12, 13, 50] {
+                let (stepped, steps) = walk(budget, cap);
+                assert_eq!(stepped, whole, "budget {budget}, cap {cap}");
+                // Namespaces count as semaphores: 13 of them and 144 semaphores.
+                assert_eq!(steps, (13 + 144usize).div_ceil(budget), "budget {budget}");
+            }
+        }
+        // The busiest first: the most permits held.
+        let ((_, sems), _) = walk(usize::MAX, 3);
+        assert!(sems
+            .windows(2)
+            .all(|p| p[0].active_holds >= p[1].active_holds));
+        assert_eq!(sems[0].active_holds, 17);
+    }
+
+    #[test]
+    fn a_namespace_gone_between_steps_is_left_out_and_the_walk_goes_on() {
+        let mut e = shard(4);
+        let mut w = Walk::new(100);
+        assert!(!w.step(e.shard.state().0, |_| None, 3));
+        // The walk stopped inside ns0; it goes away.
+        assert!(!e.run(&["NS.DELETE", "ns0"]).is_error());
+        while !w.step(e.shard.state().0, |_| None, 3) {}
+        let (ns, sems) = w.finish();
+        let names: Vec<String> = ns.iter().map(|g| g.ns.to_string()).collect();
+        assert!(!names.contains(&"ns0".to_string()), "{names:?}");
+        assert_eq!(names.len(), 4, "{names:?}");
+        // Every semaphore of the others; of ns0 what was walked before it went (it was so
+        // then: a scrape's figures are of the walk's time).
+        let others = sems.iter().filter(|g| g.key.0.to_string() != "ns0");
+        assert_eq!(others.count(), 12);
+        assert!(sems.len() <= 13);
     }
 
     #[test]

@@ -20,10 +20,10 @@ use super::background::Background;
 use super::clock::{Clock, Reading};
 use super::global::Global;
 use super::msg::{
-    Call, Done, Durable, NsAnswer, Ran, ShardInfo, ShardMetrics, ShardMsg, TxAnswer, TxDone, TxItem,
+    Call, Done, Durable, NsAnswer, Ran, ShardInfo, ShardMsg, TxAnswer, TxDone, TxItem,
 };
 use super::parking::Parking;
-use super::semstats::{self, SemKey, Waits};
+use super::semstats::{SemKey, Waits};
 use super::stats::{CommandStats, Outcome};
 use crate::cluster::LeaderId;
 use crate::command::CommandSpec;
@@ -38,6 +38,7 @@ use crate::protocol::{Proto, Reply};
 
 mod disk;
 mod replica;
+mod scrape;
 
 /// Whether the shard's changes can be written.
 enum Disk {
@@ -532,7 +533,7 @@ impl ShardCtx {
     }
 
     /// Answers a request of a connection of this or another thread.
-    pub fn handle(&self, msg: ShardMsg) {
+    pub fn handle(self: &Rc<Self>, msg: ShardMsg) {
         match msg {
             ShardMsg::Exec {
                 reqs,
@@ -580,20 +581,7 @@ impl ShardCtx {
                 self.settle();
             }
             ShardMsg::Metrics { cap, reply } => {
-                let info = self.info_part(self.now(), true);
-                let engine = self.engine.borrow();
-                let parked = self.parked.borrow();
-                let waited = |id| parked.get(&id).map(|p| p.since.elapsed().as_secs_f64());
-                let (namespaces, semaphores) = semstats::busiest(engine.state().0, waited, cap);
-                let waits = self.waits.borrow().busiest(cap);
-                let _ = reply.send(ShardMetrics {
-                    info,
-                    namespaces,
-                    semaphores,
-                    waits,
-                });
-                drop((engine, parked));
-                self.settle();
+                tokio::task::spawn_local(self.clone().scrape(cap, reply));
             }
         }
     }
