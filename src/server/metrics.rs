@@ -6,7 +6,9 @@
 //! the scraper asks for it (Prometheus does), else Prometheus's text format 0.0.4, which differs
 //! only in how a counter's family is named (see [`to_text_format`]).
 //! Per-namespace and per-semaphore series are capped at `--metrics-max-semaphores`, busiest
-//! first; `permitd_metrics_omitted_*` tell how many were left out. In cluster mode the
+//! first; `permitd_metrics_omitted_*` tell how many were left out. Whenever the server has a
+//! password, every path but `/health` asks for the ACL's credentials and shows only the
+//! namespaces the user's key patterns allow (`httpauth.rs`). In cluster mode the
 //! `permitd_cluster_*` series tell the node's Raft state, from the same status as `INFO raft`;
 //! the others are this node's, so a follower's keyspace series read 0 (its shards hold no
 //! state: the leader's are the cluster's).
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ACCEPT, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
@@ -25,7 +27,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use super::acl::User;
 use super::global::Global;
+use super::httpauth;
 use super::info::{self, Totals};
 use super::msg::{ShardMetrics, ShardMsg};
 use super::semstats::{NsGauge, SemGauge, SemKey, WaitHist};
@@ -86,13 +90,31 @@ async fn answer<B>(g: &Global, req: Request<B>) -> Response<Full<Bytes>> {
             plain(StatusCode::SERVICE_UNAVAILABLE, "no leader\n")
         }
         "/health" => plain(StatusCode::OK, "OK\n"),
+        _ => match httpauth::user(&g.acl, req.headers()) {
+            Some(user) => authorized(g, &req, user).await,
+            None => {
+                let mut r = plain(StatusCode::UNAUTHORIZED, "credentials needed\n");
+                r.headers_mut().insert(
+                    WWW_AUTHENTICATE,
+                    HeaderValue::from_static(httpauth::CHALLENGE),
+                );
+                r
+            }
+        },
+    }
+}
+
+/// The answer to a request of `user` (for anything but `/health`).
+async fn authorized<B>(g: &Global, req: &Request<B>, user: Arc<User>) -> Response<Full<Bytes>> {
+    match req.uri().path() {
         "/metrics" => {
             let open = req
                 .headers()
                 .get(ACCEPT)
                 .and_then(|a| a.to_str().ok())
                 .is_some_and(|a| a.contains("application/openmetrics-text"));
-            let om = exposition(gather(g).await);
+            let visible_to = Some(user).filter(|u| !u.sees_all());
+            let om = exposition(gather(g, visible_to).await);
             let (body, kind) = if open {
                 (om, OPENMETRICS)
             } else {
@@ -128,24 +150,35 @@ struct Snapshot {
     namespaces: Vec<NsGauge>,
     semaphores: Vec<SemGauge>,
     waits: Vec<(SemKey, WaitHist)>,
+    /// How many namespaces and semaphores the scraper may see, the cap aside.
+    seen_namespaces: u64,
+    seen_semaphores: u64,
     /// Cluster mode: the node's Raft status.
     cluster: Option<Status>,
 }
 
-/// Asks every shard for its figures and merges them, keeping the busiest up to the cap.
-async fn gather(g: &Global) -> Snapshot {
+/// Asks every shard for its figures and merges them, keeping the busiest up to the cap; only
+/// the namespaces `visible_to`'s key patterns allow (`None`: all).
+async fn gather(g: &Global, visible_to: Option<Arc<User>>) -> Snapshot {
     let cap = g.config.metrics_max_semaphores;
     let parts: Vec<ShardMetrics> = g
-        .ask_all(|reply| ShardMsg::Metrics { cap, reply })
+        .ask_all(|reply| ShardMsg::Metrics {
+            cap,
+            visible_to: visible_to.clone(),
+            reply,
+        })
         .await
         .into_iter()
         .map(|(_, m)| m)
         .collect();
     let infos: Vec<_> = parts.iter().map(|p| p.info.clone()).collect();
     let (mut namespaces, mut semaphores, mut waits) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut seen_namespaces, mut seen_semaphores) = (0, 0);
     for p in parts {
-        namespaces.extend(p.namespaces);
-        semaphores.extend(p.semaphores);
+        namespaces.extend(p.busiest.namespaces);
+        semaphores.extend(p.busiest.semaphores);
+        seen_namespaces += p.busiest.seen_namespaces;
+        seen_semaphores += p.busiest.seen_semaphores;
         waits.extend(p.waits);
     }
     namespaces.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
@@ -162,6 +195,8 @@ async fn gather(g: &Global) -> Snapshot {
         namespaces,
         semaphores,
         waits,
+        seen_namespaces,
+        seen_semaphores,
         cluster: g.cluster().map(|h| h.status().borrow().clone()),
     }
 }
@@ -366,18 +401,19 @@ impl Snapshot {
             "Holders, on all semaphores",
             gauge(c.holders),
         )?;
-        let omitted = |all: u64, shown: usize| gauge(all.saturating_sub(shown as u64));
+        // Of those the scraper may see: the others are not its to count.
+        let omitted = |seen: u64, shown: usize| gauge(seen.saturating_sub(shown as u64));
         single(
             enc,
             "permitd_metrics_omitted_namespaces",
             "Namespaces without series of their own (past --metrics-max-semaphores)",
-            omitted(c.namespaces, self.namespaces.len()),
+            omitted(self.seen_namespaces, self.namespaces.len()),
         )?;
         single(
             enc,
             "permitd_metrics_omitted_semaphores",
             "Semaphores without series of their own (past --metrics-max-semaphores)",
-            omitted(c.semaphores, self.semaphores.len()),
+            omitted(self.seen_semaphores, self.semaphores.len()),
         )
     }
 

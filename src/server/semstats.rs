@@ -82,9 +82,9 @@ impl Waits {
         }
     }
 
-    /// The `cap` semaphores that granted most waiters.
-    pub fn busiest(&self, cap: usize) -> Vec<(SemKey, WaitHist)> {
-        let mut v: Vec<_> = self.by_sem.iter().collect();
+    /// The `cap` semaphores that granted most waiters, of the namespaces `shown` lets through.
+    pub fn busiest(&self, cap: usize, shown: impl Fn(&Name) -> bool) -> Vec<(SemKey, WaitHist)> {
+        let mut v: Vec<_> = self.by_sem.iter().filter(|(k, _)| shown(&k.0)).collect();
         v.sort_unstable_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(b.0)));
         v.into_iter()
             .take(cap)
@@ -144,17 +144,34 @@ impl NsGauge {
     }
 }
 
-/// The `cap` busiest namespaces and semaphores of a shard's state; `waited` tells how long a
-/// parked acquire has waited (seconds). A bounded heap keeps the memory at `cap` entries
-/// however many semaphores there are.
+/// A shard's busiest namespaces and semaphores, of those a scrape may show.
+#[derive(Debug, Default)]
+pub struct Busiest {
+    /// The busiest namespaces, at most the cap.
+    pub namespaces: Vec<NsGauge>,
+    /// The busiest semaphores, at most the cap.
+    pub semaphores: Vec<SemGauge>,
+    /// How many namespaces the scrape may show, the cap aside.
+    pub seen_namespaces: u64,
+    /// How many semaphores the scrape may show, the cap aside.
+    pub seen_semaphores: u64,
+}
+
+/// The `cap` busiest namespaces and semaphores of a shard's state, of the namespaces `shown`
+/// lets through (a user's key patterns); `waited` tells how long a parked acquire has waited
+/// (seconds). A bounded heap keeps the memory at `cap` entries however many semaphores there
+/// are.
 pub fn busiest(
     namespaces: &BTreeMap<Name, Namespace>,
     waited: impl Fn(WaiterId) -> Option<f64>,
     cap: usize,
-) -> (Vec<NsGauge>, Vec<SemGauge>) {
+    shown: impl Fn(&Name) -> bool,
+) -> Busiest {
     let mut ns_out = Vec::new();
+    let mut seen_semaphores = 0;
     let mut sems: BinaryHeap<Ranked> = BinaryHeap::with_capacity(cap + 1);
-    for (ns_name, ns) in namespaces {
+    for (ns_name, ns) in namespaces.iter().filter(|(n, _)| shown(n)) {
+        seen_semaphores += ns.semaphores.len() as u64;
         let mut g = NsGauge {
             ns: ns_name.clone(),
             semaphores: ns.semaphores.len() as u64,
@@ -185,11 +202,17 @@ pub fn busiest(
         }
         ns_out.push(g);
     }
+    let seen_namespaces = ns_out.len() as u64;
     ns_out.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
     ns_out.truncate(cap);
     let mut sem_out: Vec<SemGauge> = sems.into_iter().map(|r| r.0).collect();
     sem_out.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
-    (ns_out, sem_out)
+    Busiest {
+        namespaces: ns_out,
+        semaphores: sem_out,
+        seen_namespaces,
+        seen_semaphores,
+    }
 }
 
 /// A semaphore in the heap of the busiest, ordered so that the least busy is on top.
@@ -237,7 +260,7 @@ mod tests {
         w.observe(&key("a", "s"), 0.003, 10);
         w.observe(&key("a", "s"), 0.005, 10);
         w.observe(&key("a", "s"), 400.0, 10);
-        let (_, h) = &w.busiest(10)[0];
+        let (_, h) = &w.busiest(10, |_| true)[0];
         let b = h.buckets();
         assert_eq!(b[1], (0.005, 2));
         assert_eq!(*b.last().unwrap(), (f64::MAX, 1));
@@ -252,7 +275,11 @@ mod tests {
             w.observe(&key("a", &format!("s{i}")), 1.0, 2);
         }
         // Past 2 * 2 semaphores, the 2 that granted last stay.
-        let kept: Vec<_> = w.busiest(10).into_iter().map(|(k, _)| k).collect();
+        let kept: Vec<_> = w
+            .busiest(10, |_| true)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         assert_eq!(kept.len(), 2);
         assert!(kept.contains(&key("a", "s3")) && kept.contains(&key("a", "s4")));
     }

@@ -568,17 +568,22 @@ impl ShardCtx {
                 let _ = reply.send(self.info_part(self.now(), latency));
                 self.settle();
             }
-            ShardMsg::Metrics { cap, reply } => {
+            ShardMsg::Metrics {
+                cap,
+                visible_to,
+                reply,
+            } => {
                 let info = self.info_part(self.now(), true);
                 let engine = self.engine.borrow();
                 let parked = self.parked.borrow();
                 let waited = |id| parked.get(&id).map(|p| p.since.elapsed().as_secs_f64());
-                let (namespaces, semaphores) = semstats::busiest(engine.state().0, waited, cap);
-                let waits = self.waits.borrow().busiest(cap);
+                let shown =
+                    |ns: &Name| visible_to.as_ref().is_none_or(|u| u.can_access(ns.bytes()));
+                let busiest = semstats::busiest(engine.state().0, waited, cap, shown);
+                let waits = self.waits.borrow().busiest(cap, shown);
                 let _ = reply.send(ShardMetrics {
                     info,
-                    namespaces,
-                    semaphores,
+                    busiest,
                     waits,
                 });
                 drop((engine, parked));
