@@ -15,6 +15,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -35,6 +36,7 @@ use super::msg::{ShardMetrics, ShardMsg};
 use super::semstats::{NsGauge, SemGauge, SemKey, WaitHist};
 use super::stats::Latency;
 use crate::cluster::node::{Role, Status};
+use crate::ratelimit::{Cap, RateLimited};
 
 /// Upper bounds (seconds) of the command latency histogram's buckets.
 const COMMAND_BUCKETS: [f64; 16] = [
@@ -45,20 +47,40 @@ const COMMAND_BUCKETS: [f64; 16] = [
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// Most connections the HTTP port holds at once. A scraper or two and a few people need a
+/// handful; each is a file descriptor the client ports share, and 562 idle ones made PINGs time
+/// out under a 512-descriptor limit (issue 40, item 9).
+const MAX_CONNECTIONS: usize = 64;
+
+/// How long a connection may go without sending a whole request's headers, idle between
+/// requests included: a scraper sends them at once, so an idle connection holds one of the
+/// [`MAX_CONNECTIONS`] for this long at most.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Failed accepts (out of descriptors, say), logged at most once a second.
+static ACCEPT_FAILED: RateLimited = RateLimited::new();
+
 /// Serves `/metrics` and `/health` on `listener` until the runtime stops (at shutdown).
 pub async fn serve(g: Arc<Global>, listener: std::net::TcpListener) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "the metrics listener failed"),
     };
+    let cap = Cap::new(MAX_CONNECTIONS, "metrics port");
     loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
+        let (stream, from) = match listener.accept().await {
+            Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "metrics accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                if let Some(more) = ACCEPT_FAILED.allow() {
+                    tracing::warn!(error = %e, "metrics accept failed{more}");
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
+        };
+        // Over the cap, `stream` is dropped: closed at once.
+        let Some(slot) = cap.admit(from) else {
+            continue;
         };
         let g = g.clone();
         tokio::spawn(async move {
@@ -67,12 +89,12 @@ pub async fn serve(g: Arc<Global>, listener: std::net::TcpListener) {
                 async move { Ok::<_, Infallible>(answer(&g, req).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
-            // The timer gives hyper its default 30 s limit on reading a request's headers, so
-            // connections that never send one do not pile up.
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(io, service)
                 .await;
+            drop(slot);
         });
     }
 }
