@@ -14,6 +14,7 @@ pub mod config;
 pub mod glob;
 pub mod pem;
 pub mod persist;
+pub mod ratelimit;
 pub mod server;
 
 // The crates below the server, under the names the rest of the code knows them by.

@@ -14,6 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use common::*;
 
 /// A metrics-enabled server and its metrics port.
@@ -25,29 +27,46 @@ fn start(extra: &[&str]) -> (Server, u16) {
     (Server::start_with(&args), port)
 }
 
-/// An HTTP/1.0 GET over a plain socket (no chunked answer to decode): (status, content type, body).
-fn get(port: u16, path: &str, accept: Option<&str>) -> (u16, String, String) {
+/// An HTTP/1.0 GET over a plain socket (no chunked answer to decode), with `headers` (each
+/// line ending in CRLF): (status, head, body).
+fn request(port: u16, path: &str, headers: &str) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
     s.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
-    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
     write!(
         s,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}Connection: close\r\n\r\n"
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{headers}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).expect("read the HTTP answer");
     let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP answer");
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let kind = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-type")
-                .then(|| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    (status, kind, body.to_string())
+    (status, head.to_string(), body.to_string())
+}
+
+/// The value of header `name` in an answer's head.
+fn header(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+    })
+}
+
+/// A GET without credentials: (status, content type, body).
+fn get(port: u16, path: &str, accept: Option<&str>) -> (u16, String, String) {
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    let (status, head, body) = request(port, path, &accept);
+    (
+        status,
+        header(&head, "content-type").unwrap_or_default(),
+        body,
+    )
+}
+
+/// A GET with HTTP basic credentials: (status, head, body).
+fn get_as(port: u16, path: &str, user: &str, pass: &str) -> (u16, String, String) {
+    let basic = STANDARD.encode(format!("{user}:{pass}"));
+    request(port, path, &format!("Authorization: Basic {basic}\r\n"))
 }
 
 /// The samples of a text exposition: `name{labels}` -> value.
@@ -175,6 +194,89 @@ fn health_answers_and_unknown_paths_do_not() {
     assert_eq!(get(port, "/nope", None).0, 404);
 }
 
+/// Issue 40, item 2: with a password, `/metrics` asks for the ACL's credentials and names only
+/// the namespaces the user's key patterns allow; `/health` stays open.
+#[test]
+fn with_a_password_metrics_ask_for_credentials_and_show_what_the_user_may_see() {
+    let (s, port) = start(&["--requirepass", "pw"]);
+    let url = format!("redis://:pw@127.0.0.1:{}", s.port());
+    let mut con = connect_url(&url);
+    ok(
+        &mut con,
+        &[
+            "ACL", "SETUSER", "scraper", "on", ">scrape", "~team-a*", "+info",
+        ],
+    );
+    for team in ["team-a", "team-b"] {
+        setup(
+            &mut con,
+            &format!("{team}-jobs"),
+            &format!("{team}-pool"),
+            1,
+        );
+        let ns = format!("{team}-jobs");
+        let (holder, waiter) = (lease(&mut con, &ns, "h", 60), lease(&mut con, &ns, "w", 60));
+        let sem = format!("{team}-pool");
+        acquire_now(&mut con, &ns, &sem, &holder, 1);
+        // A grant after a wait: the wait histogram names the semaphore too.
+        let parked = park_on(connect_url(&url), &ns, &sem, &waiter, 1, "60");
+        wait_parked(&mut con, 1);
+        ok(&mut con, &["SEM.RELEASE", &ns, &sem, &holder]);
+        join_reply(parked);
+    }
+
+    // No credentials, or wrong ones: 401 and the challenge, whatever the path but /health.
+    for path in ["/metrics", "/nope"] {
+        let (status, head, body) = request(port, path, "");
+        assert_eq!(status, 401, "{path}: {head}");
+        let challenge = header(&head, "www-authenticate");
+        assert_eq!(
+            challenge.as_deref(),
+            Some("Basic realm=\"permitd\""),
+            "{head}"
+        );
+        assert!(!body.contains("team-"), "{body}");
+    }
+    for (user, pass) in [("default", "wrong"), ("scraper", "pw"), ("nobody", "pw")] {
+        assert_eq!(get_as(port, "/metrics", user, pass).0, 401, "{user}:{pass}");
+    }
+    assert_eq!(get(port, "/health", None).0, 200);
+
+    // The default user's password (with or without its name) shows every namespace.
+    for user in ["default", ""] {
+        let (status, _, body) = get_as(port, "/metrics", user, "pw");
+        assert_eq!(status, 200, "{user}: {body}");
+        assert!(
+            body.contains("team-a-pool") && body.contains("team-b-pool"),
+            "{body}"
+        );
+    }
+
+    // The scraper sees team-a's series and the server-wide ones, and no name of team-b's.
+    let (status, _, body) = get_as(port, "/metrics", "scraper", "scrape");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        !body.contains("team-b"),
+        "team-b shown to the scraper:\n{body}"
+    );
+    let m = samples(&body);
+    let team_a = "{namespace=\"team-a-jobs\",semaphore=\"team-a-pool\"}";
+    assert_eq!(
+        value(&m, &format!("permitd_semaphore_permits{team_a}")),
+        1.0
+    );
+    assert_eq!(
+        value(&m, &format!("permitd_semaphore_wait_seconds_count{team_a}")),
+        1.0
+    );
+    let leases = "permitd_namespace_leases{namespace=\"team-a-jobs\"}";
+    assert_eq!(value(&m, leases), 2.0);
+    assert!(value(&m, "permitd_connected_clients") >= 1.0, "{body}");
+    assert_eq!(value(&m, "permitd_namespaces"), 2.0, "server-wide");
+    assert_eq!(value(&m, "permitd_metrics_omitted_namespaces"), 0.0);
+    assert_eq!(value(&m, "permitd_metrics_omitted_semaphores"), 0.0);
+}
+
 #[test]
 fn the_scraper_gets_openmetrics_when_it_asks() {
     let (_s, port) = start(&[]);
@@ -273,15 +375,20 @@ fn spawn(program: &str, args: &[String], dir: &Path, log: &str) -> Helper {
     Helper(child, dir.to_path_buf())
 }
 
+/// Prometheus scrapes as docs/observability.md sets it up on a server with a password: as an
+/// ACL user of its own, with basic credentials.
 #[test]
 fn prometheus_scrapes_permitd_and_answers_promql() {
-    let (s, port) = start(&[]);
-    let mut con = s.conn();
+    let (s, port) = start(&["--requirepass", "pw"]);
+    let url = format!("redis://:pw@127.0.0.1:{}", s.port());
+    let mut con = connect_url(&url);
+    let scraper = ["ACL", "SETUSER", "prometheus", "on", ">scrape", "~shop*"];
+    ok(&mut con, &scraper);
     setup(&mut con, "shop", "pool", 1);
     let holder = lease(&mut con, "shop", "holder", 60);
     let waiter = lease(&mut con, "shop", "waiter", 60);
     acquire_now(&mut con, "shop", "pool", &holder, 1);
-    let parked = park(&s, "shop", "pool", &waiter, 1, "120");
+    let parked = park_on(connect_url(&url), "shop", "pool", &waiter, 1, "120");
     wait_parked(&mut con, 1);
 
     let dir = unique_temp_dir();
@@ -290,6 +397,7 @@ fn prometheus_scrapes_permitd_and_answers_promql() {
         &config,
         format!(
             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: permitd\n    \
+             basic_auth:\n      username: prometheus\n      password: scrape\n    \
              static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
         ),
     )

@@ -35,6 +35,7 @@ use openraft::raft::{
 use openraft::{ChangeMembers, OptionalSend, ServerState};
 use tokio::io::AsyncWrite;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::auth::{accept, dial, Secret};
 use super::coalesce::Coalesced;
@@ -46,9 +47,22 @@ use super::wire::{
     recv, send, Piece, Request, Response, TransferLeaderResponse, MAX_FRAME, PIECE_BYTES,
 };
 use super::{LeaderId, Peer, TypeConfig, Vote};
+use crate::ratelimit::{Cap, RateLimited};
 
 /// How long a peer may take over its side of the handshake.
 const HANDSHAKE: Duration = Duration::from_secs(5);
+
+/// Caps on the cluster port (issue 40, item 9): dialers that never finish hold at most 16
+/// descriptors (shared with the client ports), for [`HANDSHAKE`] each, and 16 still let a
+/// cluster's peers, two or three connections each, reconnect at once; 256 connections in all
+/// leave room for clusters far larger than Raft suits.
+const MAX_HANDSHAKES: usize = 16;
+const MAX_PEER_CONNECTIONS: usize = 256;
+
+/// Refused handshakes and failed accepts, each logged at most once a second: a stranger
+/// could otherwise write a line per connection it opens.
+static REFUSED: RateLimited = RateLimited::new();
+static ACCEPT_FAILED: RateLimited = RateLimited::new();
 
 /// The delays between dials of a peer that keeps failing: doubling from the first, bounded.
 #[derive(Debug, Default)]
@@ -641,29 +655,47 @@ impl Heard {
     }
 }
 
-/// Serves peers on `listener` until the runtime stops.
+/// Serves peers on `listener` until the runtime stops; a connection over a cap is closed at
+/// once.
 pub async fn serve(listener: TcpListener, served: Served) {
     let served = Arc::new(served);
+    let (connections, handshakes) = (
+        Cap::new(MAX_PEER_CONNECTIONS, "cluster port"),
+        Cap::new(MAX_HANDSHAKES, "cluster port (handshakes)"),
+    );
     loop {
         match listener.accept().await {
             Ok((conn, from)) => {
+                let admitted = connections.admit(from);
+                let Some(slots) = admitted.and_then(|c| Some((c, handshakes.admit(from)?))) else {
+                    continue;
+                };
                 let served = served.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = serve_peer(conn, &served).await {
+                    if let Err(e) = serve_peer(conn, &served, slots.1).await {
                         tracing::debug!("cluster: peer {from}: {e}");
                     }
+                    drop(slots.0);
                 });
             }
             Err(e) => {
                 // Out of descriptors, say: a pause, then go on.
-                tracing::warn!("cluster: accept: {e}");
+                if let Some(more) = ACCEPT_FAILED.allow() {
+                    tracing::warn!("cluster: accept: {e}{more}");
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }
 }
 
-async fn serve_peer(tcp: TcpStream, served: &Served) -> io::Result<()> {
+/// Serves one peer's connection: the handshake (holding `shaking`, a slot of
+/// [`MAX_HANDSHAKES`]), then its RPCs.
+async fn serve_peer(
+    tcp: TcpStream,
+    served: &Served,
+    shaking: OwnedSemaphorePermit,
+) -> io::Result<()> {
     let from = tcp.peer_addr()?;
     tcp.set_nodelay(true)?;
     let shake = async {
@@ -671,21 +703,29 @@ async fn serve_peer(tcp: TcpStream, served: &Served) -> io::Result<()> {
         accept(&mut conn, &served.secret, served.id).await?;
         Ok::<_, io::Error>(conn)
     };
-    let mut conn = match tokio::time::timeout(HANDSHAKE, shake).await {
-        Ok(Ok(conn)) => conn,
+    let timed_out = |_| {
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "handshake timed out",
+        ))
+    };
+    let shaken = tokio::time::timeout(HANDSHAKE, shake)
+        .await
+        .unwrap_or_else(timed_out);
+    drop(shaking);
+    let mut conn = match shaken {
+        Ok(conn) => conn,
         // The dialer gave up before the end (it timed out while this node was frozen, say):
         // nothing was refused. A burst of them followed each SIGCONT in the fault harness.
-        Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
             tracing::debug!("cluster: peer {from} left during the handshake");
             return Ok(());
         }
-        Ok(Err(e)) => {
-            tracing::warn!("cluster: refused peer {from}: {e}");
+        Err(e) => {
+            if let Some(more) = REFUSED.allow() {
+                tracing::warn!("cluster: refused peer {from}: {e}{more}");
+            }
             return Err(e);
-        }
-        Err(_) => {
-            tracing::warn!("cluster: refused peer {from}: handshake timed out");
-            return Ok(());
         }
     };
     loop {

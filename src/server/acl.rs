@@ -418,6 +418,11 @@ impl Acl {
             .collect()
     }
 
+    /// The user `name` if `pass` logs in as it (AUTH's check, and the HTTP port's).
+    pub fn login(&self, name: &str, pass: &[u8]) -> Option<Arc<User>> {
+        self.get(name).filter(|u| u.check_password(pass))
+    }
+
     /// Whether connections need no password (protected mode applies then).
     pub fn default_is_open(&self) -> bool {
         self.get("default").is_some_and(|u| u.is_open())

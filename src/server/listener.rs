@@ -14,6 +14,7 @@ use super::msg::ThreadMsg;
 use super::topology::{NodeId, Topology};
 use super::{cluster, fdlimit, metrics, thread, tls};
 use crate::config::Config;
+use crate::ratelimit::RateLimited;
 
 /// Runs the server until SIGTERM, SIGINT or SHUTDOWN. A shard thread trims (see
 /// [`crate::alloc::trim`]) after many of its connections closed, then the accepting thread does,
@@ -158,6 +159,9 @@ pub fn run(mut config: Config) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Failed accepts (out of descriptors, say), logged at most once a second.
+static ACCEPT_FAILED: RateLimited = RateLimited::new();
+
 /// What a protected server answers a non-local client before closing.
 const DENIED: &[u8] = b"-DENIED permitd is running in protected mode because the default user has no password: only connections from 127.0.0.1 and ::1 are accepted. To accept other clients, set a password (--requirepass, or users with --aclfile) or turn protected mode off (--protected-mode no), and bind to an address they can reach (--bind).\r\n";
 
@@ -178,7 +182,6 @@ async fn accept_loop(
     let mut shutdown = global.watch_shutdown();
     let mut stop_asked = global.watch_stop_asked();
     let mut next = 0usize;
-    let mut failures = Throttle::default();
     loop {
         tokio::select! {
             _ = term.recv() => { tracing::info!("Received SIGTERM scheduling shutdown..."); break; }
@@ -195,8 +198,8 @@ async fn accept_loop(
                     Err(e) => {
                         // EMFILE and friends: back off briefly instead of spinning, and say
                         // so once a second, not at every try.
-                        if let Some(unlogged) = failures.admit(Instant::now()) {
-                            tracing::warn!(error = %e, unlogged, "accept failed");
+                        if let Some(more) = ACCEPT_FAILED.allow() {
+                            tracing::warn!(error = %e, "accept failed{more}");
                         }
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
@@ -240,30 +243,6 @@ async fn accept_loop(
     Ok(())
 }
 
-/// A warning that comes in bursts, let through at most once per [`Throttle::EVERY`].
-#[derive(Debug, Default)]
-struct Throttle {
-    last: Option<Instant>,
-    unlogged: u64,
-}
-
-impl Throttle {
-    const EVERY: Duration = Duration::from_secs(1);
-
-    /// Whether the warning at `now` is to be logged: then how many were not since the last.
-    fn admit(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|t| now.saturating_duration_since(t) < Self::EVERY)
-        {
-            self.unlogged += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.unlogged))
-    }
-}
-
 /// The next connection from either listener, and whether it came on the TLS one.
 async fn accept_either(
     plain: &tokio::net::TcpListener,
@@ -275,22 +254,5 @@ async fn accept_either(
             r = plain.accept() => (r, false),
             r = t.accept() => (r, true),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_burst_of_warnings_is_logged_once_a_second_with_the_count_left_out() {
-        let mut t = Throttle::default();
-        let t0 = Instant::now();
-        assert_eq!(t.admit(t0), Some(0));
-        for ms in (10..1000).step_by(10) {
-            assert_eq!(t.admit(t0 + Duration::from_millis(ms)), None);
-        }
-        assert_eq!(t.admit(t0 + Duration::from_secs(1)), Some(99));
-        assert_eq!(t.admit(t0 + Duration::from_secs(3)), Some(0));
     }
 }

@@ -6,25 +6,28 @@
 //! the scraper asks for it (Prometheus does), else Prometheus's text format 0.0.4, which differs
 //! only in how a counter's family is named (see [`to_text_format`]).
 //! Per-namespace and per-semaphore series are capped at `--metrics-max-semaphores`, busiest
-//! first; `permitd_metrics_omitted_*` tell how many were left out.
+//! first; `permitd_metrics_omitted_*` tell how many were left out. Whenever the server has a
+//! password, every path but `/health` asks for the ACL's credentials and shows only the
+//! namespaces the user's key patterns allow (`httpauth.rs`).
 //!
 //! Scrapes cost the shards a bounded share of their time however many scrapers there are:
-//! one gathering runs at a time, and the scrapes that come meanwhile share it. A gathering that
-//! took 20 ms or more (a large state: some 100,000 semaphores) is served again for ten times
-//! as long as it took, at most a second, so that scraping back to back leaves the shards at
-//! least ten elevenths of their time; a quicker one is not, and its scrapes see every change
-//! made before them. In cluster mode the
+//! one gathering runs at a time, and the scrapes that come meanwhile share it. An exposition
+//! whose gathering and writing took 20 ms or more (a large state: some 100,000 semaphores) is
+//! served again, to the same user, for ten times as long as it took, at most a second, so that
+//! scraping back to back leaves the server at least ten elevenths of its time; a quicker one is
+//! not, and its scrapes see every change made before them. In cluster mode the
 //! `permitd_cluster_*` series tell the node's Raft state, from the same status as `INFO raft`;
 //! the others are this node's, so a follower's keyspace series read 0 (its shards hold no
 //! state: the leader's are the cluster's).
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ACCEPT, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
@@ -33,12 +36,15 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use super::acl::User;
 use super::global::Global;
+use super::httpauth;
 use super::info::{self, Totals};
 use super::msg::{ShardMetrics, ShardMsg};
 use super::semstats::{NsGauge, SemGauge, SemKey, WaitHist};
 use super::stats::Latency;
 use crate::cluster::node::{Role, Status};
+use crate::ratelimit::{Cap, RateLimited};
 
 /// Upper bounds (seconds) of the command latency histogram's buckets.
 const COMMAND_BUCKETS: [f64; 16] = [
@@ -49,38 +55,82 @@ const COMMAND_BUCKETS: [f64; 16] = [
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The last snapshot gathered, shared by the scrapes that come while it is fresh.
+/// Most connections the HTTP port holds at once. A scraper or two and a few people need a
+/// handful; each is a file descriptor the client ports share, and 562 idle ones made PINGs time
+/// out under a 512-descriptor limit (issue 40, item 9).
+const MAX_CONNECTIONS: usize = 64;
+
+/// How long a connection may go without sending a whole request's headers, idle between
+/// requests included: a scraper sends them at once, so an idle connection holds one of the
+/// [`MAX_CONNECTIONS`] for this long at most.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Failed accepts (out of descriptors, say), logged at most once a second.
+static ACCEPT_FAILED: RateLimited = RateLimited::new();
+
+/// The last exposition written, shared by the scrapes that come while it is fresh.
 #[derive(Default)]
 struct Scrapes {
-    /// The snapshot, until when it is served again; locked while one is gathered, so that one
-    /// gathering runs at a time and the scrapes waiting for it take its result.
-    last: tokio::sync::Mutex<Option<(Instant, Arc<Snapshot>)>>,
+    /// Locked while one is gathered, so that one gathering runs at a time and the scrapes
+    /// waiting for it take its result.
+    last: tokio::sync::Mutex<Option<Exposition>>,
 }
 
-/// A snapshot whose gathering took this long or longer is served again, for this many times
-/// as long as it took, and at most for the last.
+/// An exposition written for a viewer, and until when it is served again.
+struct Exposition {
+    /// The user whose namespaces it shows (`None`: every namespace).
+    viewer: Option<Arc<User>>,
+    until: Instant,
+    open_metrics: Bytes,
+    /// Prometheus's text format, written from the OpenMetrics text when first asked for.
+    text: OnceLock<Bytes>,
+}
+
+/// An exposition whose gathering and writing took this long or longer is served again, for
+/// this many times as long as it took, and at most for the last.
 const REUSE_FROM: Duration = Duration::from_millis(20);
 const REUSE_FACTOR: u32 = 10;
 const REUSE_MOST: Duration = Duration::from_secs(1);
 
 impl Scrapes {
-    /// A fresh snapshot: the last one if still fresh, else a new one gathered.
-    async fn snapshot(&self, g: &Global) -> Arc<Snapshot> {
+    /// The exposition for `viewer`, in OpenMetrics (`open`) or the text format: the last one
+    /// if still fresh and theirs (the same ACL user, not changed since), else a new one.
+    async fn body(&self, g: &Global, viewer: Option<Arc<User>>, open: bool) -> Bytes {
         let mut last = self.last.lock().await;
-        if let Some((until, s)) = &*last {
-            if Instant::now() < *until {
-                return s.clone();
-            }
+        let fresh = last.as_ref().is_some_and(|e| {
+            Instant::now() < e.until
+                && match (&e.viewer, &viewer) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
+        });
+        if !fresh {
+            let started = Instant::now();
+            let open_metrics = Bytes::from(exposition(gather(g, viewer.clone()).await));
+            let took = started.elapsed();
+            let reuse = match took >= REUSE_FROM {
+                true => (took * REUSE_FACTOR).min(REUSE_MOST),
+                false => Duration::ZERO,
+            };
+            *last = Some(Exposition {
+                viewer,
+                until: Instant::now() + reuse,
+                open_metrics,
+                text: OnceLock::new(),
+            });
         }
-        let started = Instant::now();
-        let s = Arc::new(gather(g).await);
-        let took = started.elapsed();
-        let reuse = match took >= REUSE_FROM {
-            true => (took * REUSE_FACTOR).min(REUSE_MOST),
-            false => Duration::ZERO,
-        };
-        *last = Some((Instant::now() + reuse, s.clone()));
-        s
+        let e = last.as_ref().expect("written above");
+        match open {
+            true => e.open_metrics.clone(),
+            false => e
+                .text
+                .get_or_init(|| {
+                    let om = std::str::from_utf8(&e.open_metrics).unwrap_or_default();
+                    Bytes::from(to_text_format(om))
+                })
+                .clone(),
+        }
     }
 }
 
@@ -90,15 +140,22 @@ pub async fn serve(g: Arc<Global>, listener: std::net::TcpListener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "the metrics listener failed"),
     };
+    let cap = Cap::new(MAX_CONNECTIONS, "metrics port");
     let scrapes = Arc::new(Scrapes::default());
     loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
+        let (stream, from) = match listener.accept().await {
+            Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "metrics accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                if let Some(more) = ACCEPT_FAILED.allow() {
+                    tracing::warn!(error = %e, "metrics accept failed{more}");
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
+        };
+        // Over the cap, `stream` is dropped: closed at once.
+        let Some(slot) = cap.admit(from) else {
+            continue;
         };
         let (g, scrapes) = (g.clone(), scrapes.clone());
         tokio::spawn(async move {
@@ -107,12 +164,12 @@ pub async fn serve(g: Arc<Global>, listener: std::net::TcpListener) {
                 async move { Ok::<_, Infallible>(answer(&g, &scrapes, req).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
-            // The timer gives hyper its default 30 s limit on reading a request's headers, so
-            // connections that never send one do not pile up.
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(io, service)
                 .await;
+            drop(slot);
         });
     }
 }
@@ -130,19 +187,38 @@ async fn answer<B>(g: &Global, scrapes: &Scrapes, req: Request<B>) -> Response<F
             plain(StatusCode::SERVICE_UNAVAILABLE, "no leader\n")
         }
         "/health" => plain(StatusCode::OK, "OK\n"),
+        _ => match httpauth::user(&g.acl, req.headers()) {
+            Some(user) => authorized(g, scrapes, &req, user).await,
+            None => {
+                let mut r = plain(StatusCode::UNAUTHORIZED, "credentials needed\n");
+                r.headers_mut().insert(
+                    WWW_AUTHENTICATE,
+                    HeaderValue::from_static(httpauth::CHALLENGE),
+                );
+                r
+            }
+        },
+    }
+}
+
+/// The answer to a request of `user` (for anything but `/health`).
+async fn authorized<B>(
+    g: &Global,
+    scrapes: &Scrapes,
+    req: &Request<B>,
+    user: Arc<User>,
+) -> Response<Full<Bytes>> {
+    match req.uri().path() {
         "/metrics" => {
             let open = req
                 .headers()
                 .get(ACCEPT)
                 .and_then(|a| a.to_str().ok())
                 .is_some_and(|a| a.contains("application/openmetrics-text"));
-            let om = exposition(scrapes.snapshot(g).await);
-            let (body, kind) = if open {
-                (om, OPENMETRICS)
-            } else {
-                (to_text_format(&om), TEXT_FORMAT)
-            };
-            let mut r = Response::new(Full::new(Bytes::from(body)));
+            let visible_to = Some(user).filter(|u| !u.sees_all());
+            let body = scrapes.body(g, visible_to, open).await;
+            let kind = if open { OPENMETRICS } else { TEXT_FORMAT };
+            let mut r = Response::new(Full::new(body));
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static(kind));
             r
@@ -172,24 +248,35 @@ struct Snapshot {
     namespaces: Vec<NsGauge>,
     semaphores: Vec<SemGauge>,
     waits: Vec<(SemKey, WaitHist)>,
+    /// How many namespaces and semaphores the scraper may see, the cap aside.
+    seen_namespaces: u64,
+    seen_semaphores: u64,
     /// Cluster mode: the node's Raft status.
     cluster: Option<Status>,
 }
 
-/// Asks every shard for its figures and merges them, keeping the busiest up to the cap.
-async fn gather(g: &Global) -> Snapshot {
+/// Asks every shard for its figures and merges them, keeping the busiest up to the cap; only
+/// the namespaces `visible_to`'s key patterns allow (`None`: all).
+async fn gather(g: &Global, visible_to: Option<Arc<User>>) -> Snapshot {
     let cap = g.config.metrics_max_semaphores;
     let parts: Vec<ShardMetrics> = g
-        .ask_all(|reply| ShardMsg::Metrics { cap, reply })
+        .ask_all(|reply| ShardMsg::Metrics {
+            cap,
+            visible_to: visible_to.clone(),
+            reply,
+        })
         .await
         .into_iter()
         .map(|(_, m)| m)
         .collect();
     let infos: Vec<_> = parts.iter().map(|p| p.info.clone()).collect();
     let (mut namespaces, mut semaphores, mut waits) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut seen_namespaces, mut seen_semaphores) = (0, 0);
     for p in parts {
-        namespaces.extend(p.namespaces);
-        semaphores.extend(p.semaphores);
+        namespaces.extend(p.busiest.namespaces);
+        semaphores.extend(p.busiest.semaphores);
+        seen_namespaces += p.busiest.seen_namespaces;
+        seen_semaphores += p.busiest.seen_semaphores;
         waits.extend(p.waits);
     }
     namespaces.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
@@ -206,14 +293,16 @@ async fn gather(g: &Global) -> Snapshot {
         namespaces,
         semaphores,
         waits,
+        seen_namespaces,
+        seen_semaphores,
         cluster: g.cluster().map(|h| h.status().borrow().clone()),
     }
 }
 
 /// The OpenMetrics text of a snapshot.
-fn exposition(s: Arc<Snapshot>) -> String {
+fn exposition(s: Snapshot) -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Shown(s)));
+    registry.register_collector(Box::new(s));
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
@@ -410,18 +499,19 @@ impl Snapshot {
             "Holders, on all semaphores",
             gauge(c.holders),
         )?;
-        let omitted = |all: u64, shown: usize| gauge(all.saturating_sub(shown as u64));
+        // Of those the scraper may see: the others are not its to count.
+        let omitted = |seen: u64, shown: usize| gauge(seen.saturating_sub(shown as u64));
         single(
             enc,
             "permitd_metrics_omitted_namespaces",
             "Namespaces without series of their own (past --metrics-max-semaphores)",
-            omitted(c.namespaces, self.namespaces.len()),
+            omitted(self.seen_namespaces, self.namespaces.len()),
         )?;
         single(
             enc,
             "permitd_metrics_omitted_semaphores",
             "Semaphores without series of their own (past --metrics-max-semaphores)",
-            omitted(c.semaphores, self.semaphores.len()),
+            omitted(self.seen_semaphores, self.semaphores.len()),
         )
     }
 
@@ -574,18 +664,8 @@ fn encode_cluster(s: &Status, enc: &mut DescriptorEncoder) -> Res {
     )
 }
 
-/// A snapshot as the registry takes it (shared with the scrapes that reuse it).
-#[derive(Debug)]
-struct Shown(Arc<Snapshot>);
-
-impl Collector for Shown {
-    fn encode(&self, enc: DescriptorEncoder) -> Res {
-        self.0.encode_all(enc)
-    }
-}
-
-impl Snapshot {
-    fn encode_all(&self, mut enc: DescriptorEncoder) -> Res {
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Res {
         self.encode_commands(&mut enc)?;
         self.encode_server(&mut enc)?;
         self.encode_namespaces(&mut enc)?;

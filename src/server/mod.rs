@@ -8,7 +8,8 @@
 //! `global` (state every thread shares); `cluster` (cluster mode's options, topology,
 //! refusals and hand-over); `gate` (a connection's replies held until their
 //! changes are durable); `info`
-//! (INFO and CONFIG GET text); `worker` (an engine shard's runtime); `metrics` (the `/metrics`
+//! (INFO and CONFIG GET text); `worker` (an engine shard's runtime); `httpauth` (who asks on
+//! the HTTP port: basic credentials checked against the ACL); `metrics` (the `/metrics`
 //! exposition and the HTTP listener of `--metrics-port`); `surface` (the Redis
 //! surface commands over a session); `multi` (transactions); `conn` (a connection's I/O, and
 //! the interface it runs requests through); `dispatch` (routing each request: the
@@ -25,6 +26,7 @@ mod dispatch;
 mod fdlimit;
 mod gate;
 mod global;
+mod httpauth;
 pub mod info;
 mod latency;
 mod listener;

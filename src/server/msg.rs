@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use super::acl::User;
 use super::clients::Seat;
 use super::parking::Parking;
-use super::semstats::{NsGauge, SemGauge, SemKey, WaitHist};
+use super::semstats::{Busiest, SemKey, WaitHist};
 use super::session::Session;
 use super::stats::CommandStats;
 use crate::command::CommandSpec;
@@ -168,6 +168,8 @@ pub enum ShardMsg {
     Metrics {
         /// Most namespaces and semaphores to report (the busiest).
         cap: usize,
+        /// The user whose key patterns limit the namespaces reported (`None`: all).
+        visible_to: Option<Arc<User>>,
         /// Where the figures go.
         reply: oneshot::Sender<ShardMetrics>,
     },
@@ -222,10 +224,8 @@ pub struct ShardInfo {
 pub struct ShardMetrics {
     /// What INFO shows, latency histograms included.
     pub info: ShardInfo,
-    /// The busiest namespaces, at most the cap.
-    pub namespaces: Vec<NsGauge>,
-    /// The busiest semaphores, at most the cap.
-    pub semaphores: Vec<SemGauge>,
+    /// The busiest namespaces and semaphores, at most the cap of each.
+    pub busiest: Busiest,
     /// The semaphores that granted most waiters, with their waits.
     pub waits: Vec<(SemKey, WaitHist)>,
 }

@@ -83,9 +83,9 @@ impl Waits {
         }
     }
 
-    /// The `cap` semaphores that granted most waiters.
-    pub fn busiest(&self, cap: usize) -> Vec<(SemKey, WaitHist)> {
-        let mut v: Vec<_> = self.by_sem.iter().collect();
+    /// The `cap` semaphores that granted most waiters, of the namespaces `shown` lets through.
+    pub fn busiest(&self, cap: usize, shown: impl Fn(&Name) -> bool) -> Vec<(SemKey, WaitHist)> {
+        let mut v: Vec<_> = self.by_sem.iter().filter(|(k, _)| shown(&k.0)).collect();
         v.sort_unstable_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(b.0)));
         v.into_iter()
             .take(cap)
@@ -145,6 +145,19 @@ impl NsGauge {
     }
 }
 
+/// A shard's busiest namespaces and semaphores, of those a scrape may show.
+#[derive(Debug, Default, PartialEq)]
+pub struct Busiest {
+    /// The busiest namespaces, at most the cap.
+    pub namespaces: Vec<NsGauge>,
+    /// The busiest semaphores, at most the cap.
+    pub semaphores: Vec<SemGauge>,
+    /// How many namespaces the scrape may show, the cap aside.
+    pub seen_namespaces: u64,
+    /// How many semaphores the scrape may show, the cap aside.
+    pub seen_semaphores: u64,
+}
+
 /// A walk of a shard's state for the `cap` busiest namespaces and semaphores, in steps: each
 /// [`Walk::step`] goes over a bounded number of semaphores and says where it stopped, and the
 /// next goes on from there, on the state as it then is. The shard serves its clients between
@@ -156,6 +169,8 @@ pub struct Walk {
     cap: usize,
     sems: BinaryHeap<Ranked>,
     namespaces: Vec<NsGauge>,
+    /// The semaphores of the namespaces walked (or being walked) that the scrape may show.
+    seen_semaphores: u64,
     /// Where the last step stopped: in this namespace (its gauge so far), after this
     /// semaphore (`None`: before its first).
     at: Option<(NsGauge, Option<Name>)>,
@@ -170,17 +185,20 @@ impl Walk {
             cap,
             sems: BinaryHeap::with_capacity(cap + 1),
             namespaces: Vec::new(),
+            seen_semaphores: 0,
             at: None,
             done_with: None,
         }
     }
 
-    /// Goes over at most `budget` semaphores of `namespaces` from where the last step stopped;
-    /// whether the walk is over. `waited` tells how long a parked acquire has waited (seconds).
+    /// Goes over at most `budget` semaphores of `namespaces` from where the last step stopped,
+    /// of the namespaces `shown` lets through (a user's key patterns); whether the walk is
+    /// over. `waited` tells how long a parked acquire has waited (seconds).
     pub fn step(
         &mut self,
         namespaces: &BTreeMap<Name, Namespace>,
         waited: impl Fn(WaiterId) -> Option<f64>,
+        shown: impl Fn(&Name) -> bool,
         mut budget: usize,
     ) -> bool {
         let from = match (&self.at, &self.done_with) {
@@ -196,6 +214,11 @@ impl Walk {
                 _ if budget == 0 => return false,
                 _ => {
                     budget -= 1;
+                    if !shown(ns_name) {
+                        self.done_with = Some(ns_name.clone());
+                        continue;
+                    }
+                    self.seen_semaphores += ns.semaphores.len() as u64;
                     let g = NsGauge {
                         ns: ns_name.clone(),
                         semaphores: ns.semaphores.len() as u64,
@@ -258,13 +281,19 @@ impl Walk {
     }
 
     /// The busiest namespaces and semaphores found, at most `cap` of each, busiest first.
-    pub fn finish(self) -> (Vec<NsGauge>, Vec<SemGauge>) {
-        let mut ns_out = self.namespaces;
-        ns_out.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
-        ns_out.truncate(self.cap);
-        let mut sem_out: Vec<SemGauge> = self.sems.into_iter().map(|r| r.0).collect();
-        sem_out.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
-        (ns_out, sem_out)
+    pub fn finish(self) -> Busiest {
+        let mut namespaces = self.namespaces;
+        let seen_namespaces = namespaces.len() as u64;
+        namespaces.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
+        namespaces.truncate(self.cap);
+        let mut semaphores: Vec<SemGauge> = self.sems.into_iter().map(|r| r.0).collect();
+        semaphores.sort_unstable_by(|a, b| a.rank().cmp(&b.rank()));
+        Busiest {
+            namespaces,
+            semaphores,
+            seen_namespaces,
+            seen_semaphores: self.seen_semaphores,
+        }
     }
 }
 
@@ -364,7 +393,7 @@ mod tests {
         let walk = |budget: usize, cap: usize| {
             let mut w = Walk::new(cap);
             let mut steps = 1;
-            while !w.step(state, |_| None, budget) {
+            while !w.step(state, |_| None, |_| true, budget) {
                 steps += 1;
             }
             (w.finish(), steps)
@@ -372,8 +401,9 @@ mod tests {
         for cap in [1, 5, 200] {
             let (whole, steps) = walk(usize::MAX, cap);
             assert_eq!(steps, 1);
-            assert_eq!(whole.1.len(), cap.min(144));
-            assert_eq!(whole.0.len(), cap.min(13));
+            assert_eq!(whole.semaphores.len(), cap.min(144));
+            assert_eq!(whole.namespaces.len(), cap.min(13));
+            assert_eq!((whole.seen_namespaces, whole.seen_semaphores), (13, 144));
             for budget in [1, 2, 7, 12, 13, 50] {
                 let (stepped, steps) = walk(budget, cap);
                 assert_eq!(stepped, whole, "budget {budget}, cap {cap}");
@@ -382,7 +412,7 @@ mod tests {
             }
         }
         // The busiest first: the most permits held.
-        let ((_, sems), _) = walk(usize::MAX, 3);
+        let sems = walk(usize::MAX, 3).0.semaphores;
         assert!(sems
             .windows(2)
             .all(|p| p[0].active_holds >= p[1].active_holds));
@@ -390,14 +420,31 @@ mod tests {
     }
 
     #[test]
+    fn a_walk_shows_only_the_namespaces_let_through_and_counts_only_them() {
+        let e = shard(6);
+        let mut w = Walk::new(2);
+        let shown = |ns: &Name| matches!(ns.as_str(), "ns1" | "ns4");
+        while !w.step(e.shard.state().0, |_| None, shown, 5) {}
+        let b = w.finish();
+        assert_eq!((b.seen_namespaces, b.seen_semaphores), (2, 12));
+        assert!(b.namespaces.iter().all(|g| shown(&g.ns)));
+        assert_eq!(b.semaphores.len(), 2);
+        assert!(b.semaphores.iter().all(|g| shown(&g.key.0)));
+    }
+
+    #[test]
     fn a_namespace_gone_between_steps_is_left_out_and_the_walk_goes_on() {
         let mut e = shard(4);
         let mut w = Walk::new(100);
-        assert!(!w.step(e.shard.state().0, |_| None, 3));
+        assert!(!w.step(e.shard.state().0, |_| None, |_| true, 3));
         // The walk stopped inside ns0; it goes away.
         assert!(!e.run(&["NS.DELETE", "ns0"]).is_error());
-        while !w.step(e.shard.state().0, |_| None, 3) {}
-        let (ns, sems) = w.finish();
+        while !w.step(e.shard.state().0, |_| None, |_| true, 3) {}
+        let Busiest {
+            namespaces: ns,
+            semaphores: sems,
+            ..
+        } = w.finish();
         let names: Vec<String> = ns.iter().map(|g| g.ns.to_string()).collect();
         assert!(!names.contains(&"ns0".to_string()), "{names:?}");
         assert_eq!(names.len(), 4, "{names:?}");
@@ -414,7 +461,7 @@ mod tests {
         w.observe(&key("a", "s"), 0.003, 10);
         w.observe(&key("a", "s"), 0.005, 10);
         w.observe(&key("a", "s"), 400.0, 10);
-        let (_, h) = &w.busiest(10)[0];
+        let (_, h) = &w.busiest(10, |_| true)[0];
         let b = h.buckets();
         assert_eq!(b[1], (0.005, 2));
         assert_eq!(*b.last().unwrap(), (f64::MAX, 1));
@@ -429,7 +476,11 @@ mod tests {
             w.observe(&key("a", &format!("s{i}")), 1.0, 2);
         }
         // Past 2 * 2 semaphores, the 2 that granted last stay.
-        let kept: Vec<_> = w.busiest(10).into_iter().map(|(k, _)| k).collect();
+        let kept: Vec<_> = w
+            .busiest(10, |_| true)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         assert_eq!(kept.len(), 2);
         assert!(kept.contains(&key("a", "s3")) && kept.contains(&key("a", "s4")));
     }

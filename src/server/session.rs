@@ -97,7 +97,7 @@ impl Session {
         let name = user.map_or("default".into(), |u| {
             String::from_utf8_lossy(u).into_owned()
         });
-        let found = acl.get(&name).filter(|u| u.check_password(pass));
+        let found = acl.login(&name, pass);
         let Some(found) = found else {
             return Err(Error::WrongPass(
                 "invalid username-password pair or user is disabled.".into(),

@@ -580,8 +580,12 @@ impl ShardCtx {
                 let _ = reply.send(self.info_part(self.now(), latency));
                 self.settle();
             }
-            ShardMsg::Metrics { cap, reply } => {
-                tokio::task::spawn_local(self.clone().scrape(cap, reply));
+            ShardMsg::Metrics {
+                cap,
+                visible_to,
+                reply,
+            } => {
+                tokio::task::spawn_local(self.clone().scrape(cap, visible_to, reply));
             }
         }
     }

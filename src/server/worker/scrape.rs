@@ -4,10 +4,13 @@
 //! as it ran: four scrape loops pushed PING's p99 to 0.3-1.4 s (the hostile pass).
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
 use super::ShardCtx;
+use crate::engine::types::Name;
+use crate::server::acl::User;
 use crate::server::msg::ShardMetrics;
 use crate::server::semstats::Walk;
 
@@ -16,8 +19,15 @@ use crate::server::semstats::Walk;
 const STEP: usize = 2048;
 
 impl ShardCtx {
-    /// Answers a scrape once its walk is over.
-    pub(super) async fn scrape(self: Rc<Self>, cap: usize, reply: oneshot::Sender<ShardMetrics>) {
+    /// Answers a scrape once its walk is over: of the namespaces `visible_to`'s key patterns
+    /// allow (`None`: all).
+    pub(super) async fn scrape(
+        self: Rc<Self>,
+        cap: usize,
+        visible_to: Option<Arc<User>>,
+        reply: oneshot::Sender<ShardMetrics>,
+    ) {
+        let shown = |ns: &Name| visible_to.as_ref().is_none_or(|u| u.can_access(ns.bytes()));
         let info = self.info_part(self.now(), true);
         self.settle();
         let mut walk = Walk::new(cap);
@@ -26,19 +36,18 @@ impl ShardCtx {
                 let engine = self.engine.borrow();
                 let parked = self.parked.borrow();
                 let waited = |id| parked.get(&id).map(|p| p.since.elapsed().as_secs_f64());
-                walk.step(engine.state().0, waited, STEP)
+                walk.step(engine.state().0, waited, shown, STEP)
             };
             if over {
                 break;
             }
             tokio::task::yield_now().await;
         }
-        let (namespaces, semaphores) = walk.finish();
-        let waits = self.waits.borrow().busiest(cap);
+        let busiest = walk.finish();
+        let waits = self.waits.borrow().busiest(cap, shown);
         let _ = reply.send(ShardMetrics {
             info,
-            namespaces,
-            semaphores,
+            busiest,
             waits,
         });
     }
