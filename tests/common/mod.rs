@@ -173,14 +173,7 @@ impl Server {
     pub fn refused_restart_with(&mut self, args: &[&str]) -> (std::process::ExitStatus, String) {
         self.kill9();
         let extra: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let child = self
-            .command(&extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn permitd");
-        wait_refusal(child, args)
+        wait_refusal(&mut self.command(&extra), args)
     }
 
     /// Waits up to `timeout` for the server to exit by itself, and returns how it exited
@@ -468,28 +461,24 @@ pub fn unique_temp_dir() -> PathBuf {
 /// Runs a server on `dir` (a free port) with `args`, expecting it to refuse to start: its exit
 /// status and stderr.
 fn refused_on(dir: &Path, args: &[&str]) -> (std::process::ExitStatus, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_permitd"))
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &free_port().to_string(),
-            "--dir",
-        ])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_permitd"));
+    let port = free_port().to_string();
+    cmd.args(["--bind", "127.0.0.1", "--port", &port, "--dir"])
         .arg(dir)
-        .args(args)
+        .args(args);
+    wait_refusal(&mut cmd, args)
+}
+
+/// Runs `cmd`, a server started with `args` that should refuse to start, and waits for it to
+/// exit: its exit status and what it wrote to stderr. Panics (killing it) if it still runs
+/// after [`START_TIMEOUT`].
+fn wait_refusal(cmd: &mut Command, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn permitd");
-    wait_refusal(child, args)
-}
-
-/// Waits for `child`, a server started with `args` that should refuse to start, to exit: its
-/// exit status and what it wrote to stderr (piped). Panics (killing it) if it still runs after
-/// [`START_TIMEOUT`].
-fn wait_refusal(mut child: Child, args: &[&str]) -> (std::process::ExitStatus, String) {
     let deadline = Instant::now() + START_TIMEOUT;
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait for permitd") {
