@@ -95,6 +95,27 @@ fn value(m: &BTreeMap<String, f64>, series: &str) -> f64 {
     m.get(series).copied().unwrap_or(0.0)
 }
 
+/// Scrapers going back to back are answered one scrape per 50 ms at most, each in full: they
+/// cannot take the server's time writing expositions (issue 40, item 3). A lower bound: a
+/// slow machine only makes it longer.
+#[test]
+fn scrapes_are_answered_twenty_a_second_at_most() {
+    let (_s, port) = start(&[]);
+    let started = std::time::Instant::now();
+    let scrapers: Vec<_> = (0..3)
+        .map(|_| thread::spawn(move || (0..7).map(|_| scrape(port).len()).collect::<Vec<_>>()))
+        .collect();
+    for scraper in scrapers {
+        assert!(scraper.join().unwrap().iter().all(|&series| series > 10));
+    }
+    // 21 scrapes: the last is answered 20 turns of 50 ms after the first.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1000),
+        "21 scrapes in {took:?}"
+    );
+}
+
 #[test]
 fn metrics_follow_parks_grants_and_time_outs() {
     let (s, port) = start(&[]);

@@ -10,8 +10,9 @@
 //! password, every path but `/health` asks for the ACL's credentials and shows only the
 //! namespaces the user's key patterns allow (`httpauth.rs`).
 //!
-//! Scrapes cost the shards a bounded share of their time however many scrapers there are:
-//! one gathering runs at a time, and the scrapes that come meanwhile share it. An exposition
+//! Scrapes cost the server a bounded share of its time however many scrapers there are: one is
+//! answered per 50 ms at most, one gathering runs at a time, and the scrapes that come
+//! meanwhile share it. An exposition
 //! whose gathering and writing took 20 ms or more (a large state: some 100,000 semaphores) is
 //! served again, to the same user, for ten times as long as it took, at most a second, so that
 //! scraping back to back leaves the server at least ten elevenths of its time; a quicker one is
@@ -68,13 +69,22 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Failed accepts (out of descriptors, say), logged at most once a second.
 static ACCEPT_FAILED: RateLimited = RateLimited::new();
 
-/// The last exposition written, shared by the scrapes that come while it is fresh.
+/// The scrapes' pace, and the last exposition written, shared by the scrapes that come while
+/// it is fresh.
 #[derive(Default)]
 struct Scrapes {
+    /// When the next scrape may be answered.
+    next: std::sync::Mutex<Option<Instant>>,
     /// Locked while one is gathered, so that one gathering runs at a time and the scrapes
     /// waiting for it take its result.
     last: tokio::sync::Mutex<Option<Exposition>>,
 }
+
+/// The HTTP port answers one scrape per this at most; more wait their turn. Prometheus scrapes
+/// a target every 15 s by default. Four scrapers going back to back had a cached exposition
+/// (some 400 KB with a thousand semaphores' series) written a thousand times a second: the
+/// writing alone took a core of the two (measured by scripts/bench-scrape).
+const SCRAPE_EVERY: Duration = Duration::from_millis(50);
 
 /// An exposition written for a viewer, and until when it is served again.
 struct Exposition {
@@ -96,6 +106,13 @@ impl Scrapes {
     /// The exposition for `viewer`, in OpenMetrics (`open`) or the text format: the last one
     /// if still fresh and theirs (the same ACL user, not changed since), else a new one.
     async fn body(&self, g: &Global, viewer: Option<Arc<User>>, open: bool) -> Bytes {
+        let turn = {
+            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+            let turn = next.map_or_else(Instant::now, |n| n.max(Instant::now()));
+            *next = Some(turn + SCRAPE_EVERY);
+            turn
+        };
+        tokio::time::sleep_until(turn.into()).await;
         let mut last = self.last.lock().await;
         let fresh = last.as_ref().is_some_and(|e| {
             Instant::now() < e.until
