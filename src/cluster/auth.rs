@@ -16,6 +16,7 @@
 
 use std::fmt;
 use std::io;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use hmac::{Hmac, Mac};
@@ -51,6 +52,9 @@ impl fmt::Debug for Secret {
         })
     }
 }
+
+/// How long a peer may take over its side of the handshake (TLS's included), either side.
+pub const HANDSHAKE: Duration = Duration::from_secs(5);
 
 /// The version of what peers say to each other (this handshake, `wire.rs`'s requests and
 /// answers, the entries they carry): raised by any change to it that an older node could not

@@ -17,8 +17,8 @@
 //!   handshake that opens every peer connection; `tls.rs`: the cluster port in the clear or
 //!   in mutual TLS, which carries that handshake and everything after it;
 //! - `stamps.rs`: the clock guard's evidence, the send times of the leaders' appends;
-//! - `network.rs`: openraft's network over pooled TCP connections, and the listener serving
-//!   peers' RPCs; `coalesce.rs`: a follower's commit index carried by the next entries;
+//! - `network.rs`: openraft's network over pooled connections, and `serve.rs` the listener
+//!   serving peers' RPCs; `coalesce.rs`: a follower's commit index carried by the next entries;
 //! - `config.rs`: a node's cluster settings and `--cluster-init`'s parsing;
 //! - `node.rs`: the Raft thread and its runtime, `--cluster-init`, and the `Send` handle the
 //!   server uses (writes, status, linearizable reads, leader transfer).
@@ -34,6 +34,7 @@ pub mod network;
 pub mod node;
 mod purge;
 mod room;
+pub mod serve;
 pub mod stamps;
 pub mod state;
 pub mod tls;
